@@ -1,0 +1,10 @@
+"""neuralgp: Gaussian processes with learned kernels that stay fast and honest about uncertainty."""
+
+from neuralgp import datasets, metrics
+from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
+from neuralgp.io import load
+from neuralgp.models import DBKRegressor
+
+__version__ = "0.1.0"
+__all__ = ["DBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
+           "ModelFileError", "NotFittedError", "__version__"]

@@ -1,0 +1,179 @@
+"""Readers for the on-disk formats: uci/, gal/, uci_classification/ and user CSV files."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+
+from neuralgp.errors import DataError
+
+ENV_VAR = "NEURALGP_DATA"
+# the repository's sibling ``shared/data`` (neuralgp/data/readers.py → repo root is parents[2])
+DEFAULT_ROOT = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+CLASSIFICATION_FILES = {  # file, has header, label column
+    "magic": ("magic04.data.gz", False, -1),
+    "letter": ("letter-recognition.data.gz", True, 0),
+    "htru2": ("HTRU_2.csv.gz", True, -1),
+}
+
+
+def data_root(root=None) -> Path:
+    """Explicit ``root``, else $NEURALGP_DATA, else ../shared/data next to the repository."""
+    candidates = [("the root argument", root), (f"${ENV_VAR}", os.environ.get(ENV_VAR)),
+                  ("../shared/data next to the repository", DEFAULT_ROOT)]
+    for label, path in candidates:
+        if path:
+            path = Path(path)
+            if path.is_dir():
+                return path
+            if label != candidates[-1][0]:
+                raise DataError(f"data root {path} (from {label}) is not a directory")
+    raise DataError(f"no data root found: pass root=DIR (CLI: --data-root DIR), set ${ENV_VAR}=DIR, "
+                    f"or place the data at {DEFAULT_ROOT}")
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path, newline="")
+
+
+def _require(path: Path, what: str, folder: Path) -> Path:
+    if not path.exists():
+        have = sorted(p.name for p in folder.parent.iterdir()) if folder.parent.is_dir() else []
+        raise DataError(f"{what} not found at {path}; available here: {', '.join(have) or 'nothing'}")
+    return path
+
+
+def read_uci(root: Path, name: str):
+    """uci/<name>/data.csv.gz (last column = target) and its 10 test masks."""
+    folder = root / "uci" / name
+    data = np.loadtxt(_require(folder / "data.csv.gz", f"uci set {name!r}", folder), delimiter=",", ndmin=2)
+    masks = np.loadtxt(_require(folder / "test_mask.csv.gz", f"test masks of {name!r}", folder),
+                       delimiter=",", ndmin=2).astype(bool)
+    return data[:, :-1], data[:, -1], masks
+
+
+def read_gal(root: Path, name: str, k: int | None):
+    """gal/<name>/data.txt with its feature/target index files and, for k, split k's indices."""
+    folder = root / "gal" / name
+    data = np.loadtxt(_require(folder / "data.txt", f"gal set {name!r}", folder), ndmin=2)
+    feat = np.loadtxt(folder / "index_features.txt", dtype=int, ndmin=1)
+    target = int(np.loadtxt(folder / "index_target.txt", dtype=int))
+    X, y = data[:, feat], data[:, target]
+    if k is None:
+        return X, y, None, None
+    n_splits = int(np.loadtxt(folder / "n_splits.txt"))
+    if not 0 <= k < n_splits:
+        raise DataError(f"gal set {name!r} has splits 0..{n_splits - 1}, not {k}")
+    train = np.loadtxt(folder / f"index_train_{k}.txt", dtype=int, ndmin=1)
+    test = np.loadtxt(folder / f"index_test_{k}.txt", dtype=int, ndmin=1)
+    return X, y, train, test
+
+
+def read_uci_classification(root: Path, name: str):
+    """uci_classification/<name>: inputs and integer class labels (0..C−1) plus the class names."""
+    if name not in CLASSIFICATION_FILES:
+        raise DataError(f"unknown classification set {name!r}; available: {', '.join(CLASSIFICATION_FILES)}")
+    fname, header, label_col = CLASSIFICATION_FILES[name]
+    folder = root / "uci_classification" / name
+    with _open_text(_require(folder / fname, f"classification set {name!r}", folder)) as fh:
+        rows = list(csv.reader(fh))
+    rows = [r for r in rows[int(header):] if r]
+    labels = np.array([r[label_col] for r in rows])
+    X = np.array([[float(v) for i, v in enumerate(r) if i != label_col % len(r)] for r in rows])
+    classes, y = np.unique(labels, return_inverse=True)
+    return X, y.astype(np.int64), classes
+
+
+def read_csv(path, target=-1):
+    """A user CSV file (optionally gzipped) with or without a header; ``target`` is a column name or index."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"CSV file {path} does not exist")
+    try:
+        with _open_text(path) as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"cannot read {path} as CSV: {exc}") from None
+    if not rows:
+        raise DataError(f"CSV file {path} is empty")
+    header = None
+    if any(not _is_number(v) for v in rows[0]):
+        header, rows = [h.strip() for h in rows[0]], rows[1:]
+    width = len(rows[0]) if rows else 0
+    if width < 2 or any(len(r) != width for r in rows):
+        raise DataError(f"{path}: every row needs the same number (>= 2) of comma-separated columns")
+    col = _target_index(target, header, width, path)
+    table = np.empty((len(rows), width))
+    for j in range(width):
+        name = header[j] if header else f"column {j}"
+        try:
+            table[:, j] = [float(r[j]) for r in rows]
+        except ValueError:
+            raise DataError(f"{path}: {name} holds non-numeric values; encode it as numbers or drop it") from None
+    X = np.delete(table, col, axis=1)
+    names = [h for j, h in enumerate(header) if j != col] if header else None
+    return X, table[:, col], names
+
+
+def read_features_csv(path, n_features: int | None = None):
+    """Inputs only (no target) for ``neuralgp predict``: every column is a feature."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"input file {path} does not exist")
+    with _open_text(path) as fh:
+        rows = [r for r in csv.reader(fh) if r]
+    if rows and any(not _is_number(v) for v in rows[0]):
+        rows = rows[1:]
+    try:
+        X = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError:
+        raise DataError(f"{path}: non-numeric values; every column must be a number") from None
+    if X.ndim != 2 or len(X) == 0:
+        raise DataError(f"{path}: no rows of equal width found")
+    return X
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def _target_index(target, header, width, path) -> int:
+    if isinstance(target, str) and not target.lstrip("-").isdigit():
+        if header is None or target not in header:
+            raise DataError(f"{path}: no column named {target!r}"
+                            + (f"; columns are {', '.join(header)}" if header else " (the file has no header)"))
+        return header.index(target)
+    idx = int(target)
+    if not -width <= idx < width:
+        raise DataError(f"{path}: target column {idx} is out of range for {width} columns")
+    return idx % width
+
+
+def describe(root: Path) -> list[tuple[str, int, int]]:
+    """(name, n, d) for every data set under the root, read from the files' first lines."""
+    out = []
+    for folder in sorted((root / "uci").glob("*/data.csv.gz")):
+        with gzip.open(folder, "rt") as fh:
+            first = fh.readline()
+            n = 1 + sum(1 for _ in fh)
+        out.append((f"uci/{folder.parent.name}", n, first.count(",")))
+    for folder in sorted((root / "gal").glob("*/data.txt")):
+        n = sum(1 for _ in open(folder))
+        d = len(np.loadtxt(folder.parent / "index_features.txt", ndmin=1))
+        out.append((f"gal/{folder.parent.name}", n, d))
+    for name, (fname, header, _) in CLASSIFICATION_FILES.items():
+        path = root / "uci_classification" / name / fname
+        if path.exists():
+            with gzip.open(path, "rt") as fh:
+                lines = [ln for ln in fh if ln.strip()]
+            out.append((f"uci_classification/{name}", len(lines) - int(header), lines[-1].count(",")))
+    return out

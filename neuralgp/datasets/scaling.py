@@ -1,0 +1,46 @@
+"""Affine scalers fitted on training data only and stored in fitted models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Scaler:
+    """x ↦ (x − shift) / scale per column; ``kind`` is "minmax" (to [−1, 1]), "standard" or "none"."""
+
+    KINDS = ("minmax", "standard", "none")
+
+    def __init__(self, kind: str = "standard"):
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown scaling {kind!r}; use one of {self.KINDS}")
+        self.kind = kind
+
+    def fit(self, a: np.ndarray) -> "Scaler":
+        a = np.asarray(a, dtype=np.float64)
+        if self.kind == "minmax":
+            lo, hi = a.min(0), a.max(0)
+            shift, scale = (hi + lo) / 2, (hi - lo) / 2
+        elif self.kind == "standard":
+            shift, scale = a.mean(0), a.std(0)
+        else:
+            shift, scale = np.zeros(a.shape[1:]), np.ones(a.shape[1:])
+        # constant columns: leave them centred at 0 instead of dividing by zero
+        self.shift_ = np.asarray(shift, dtype=np.float64)
+        self.scale_ = np.where(np.asarray(scale) > 0, scale, 1.0).astype(np.float64)
+        return self
+
+    def transform(self, a):
+        return (np.asarray(a, dtype=np.float64) - self.shift_) / self.scale_
+
+    def inverse_transform(self, a):
+        return np.asarray(a, dtype=np.float64) * self.scale_ + self.shift_
+
+    def state(self) -> dict:
+        return {"kind": self.kind, "shift": self.shift_.tolist(), "scale": self.scale_.tolist()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Scaler":
+        s = cls(state["kind"])
+        s.shift_ = np.asarray(state["shift"], dtype=np.float64)
+        s.scale_ = np.asarray(state["scale"], dtype=np.float64)
+        return s

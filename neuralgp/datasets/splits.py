@@ -1,0 +1,46 @@
+"""Split protocols: ``random`` 70/10/20, ``mask:K`` (fixed 90/10 test masks), ``gal:K`` (index files)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuralgp.errors import DataError
+
+VAL_FRACTION_OF_TRAIN = 1 / 9  # mask/gal protocols: 10 % of all rows carved from the 90 % train part
+
+
+def random_split(n: int, seed: int, labels: np.ndarray | None = None, fractions=(0.7, 0.1, 0.2)):
+    """Seeded train/val/test indices (the DBK paper's 70/10/20); stratified when labels are given."""
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        perm = rng.permutation(n)
+        n_tr, n_va = int(round(fractions[0] * n)), int(round(fractions[1] * n))
+        return perm[:n_tr], perm[n_tr:n_tr + n_va], perm[n_tr + n_va:]
+    parts = ([], [], [])
+    for cls in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == cls))
+        n_tr, n_va = int(round(fractions[0] * len(idx))), int(round(fractions[1] * len(idx)))
+        for part, chunk in zip(parts, (idx[:n_tr], idx[n_tr:n_tr + n_va], idx[n_tr + n_va:])):
+            part.append(chunk)
+    return tuple(rng.permutation(np.concatenate(p)) for p in parts)
+
+
+def carve_validation(train_idx: np.ndarray, seed: int):
+    """Split fixed training indices into train and validation (seeded)."""
+    perm = np.random.default_rng(seed).permutation(train_idx)
+    n_va = max(1, int(round(VAL_FRACTION_OF_TRAIN * len(perm))))
+    return perm[n_va:], perm[:n_va]
+
+
+def parse_split(split: str, allowed: tuple[str, ...]) -> tuple[str, int | None]:
+    """'random' → ('random', None); 'mask:3' → ('mask', 3). Unknown protocols name the allowed ones."""
+    kind, _, k = split.partition(":")
+    if kind not in allowed:
+        raise DataError(f"split {split!r} is not available for this data set; use one of "
+                        + ", ".join(a if a == "random" else f"{a}:K" for a in allowed))
+    if kind == "random":
+        return kind, None
+    try:
+        return kind, int(k)
+    except ValueError:
+        raise DataError(f"split {split!r} needs an integer index, e.g. {kind}:0") from None

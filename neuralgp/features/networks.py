@@ -1,0 +1,79 @@
+"""Feature networks φ: R^d → R^r and the constant-norm wrapper."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+
+
+def _activation(name: str) -> nn.Module:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; use one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]()
+
+
+class MLP(nn.Module):
+    """``depth`` hidden layers of width ``hidden``, linear output (the DBK paper's synthetic backbone)."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 2, activation: str = "tanh"):
+        super().__init__()
+        layers, width = [], in_dim
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), _activation(activation)]
+            width = hidden
+        layers.append(nn.Linear(width, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class ResNetMLP(nn.Module):
+    """Linear→act, then ``depth − 1`` residual blocks h ← h + act(Wh), then a linear output
+    (the DBK paper's "2-layer ResNet with 128 hidden units" for real data)."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 2, activation: str = "tanh"):
+        super().__init__()
+        self.inp = nn.Sequential(nn.Linear(in_dim, hidden), _activation(activation))
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(hidden, hidden), _activation(activation))
+                                    for _ in range(depth - 1))
+        self.out = nn.Linear(hidden, out_dim)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.out(h)
+
+
+BACKBONES = {"mlp": MLP, "resnet": ResNetMLP}
+
+
+def build_backbone(name: str, in_dim: int, out_dim: int, hidden: int, depth: int, activation: str) -> nn.Module:
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; use one of {sorted(BACKBONES)}")
+    if depth < 1 or hidden < 1:
+        raise ValueError(f"depth and hidden must be >= 1, got depth={depth}, hidden={hidden}")
+    return BACKBONES[name](in_dim, out_dim, hidden=hidden, depth=depth, activation=activation)
+
+
+class ConstantNorm(nn.Module):
+    """φ(x) = s · g(x)/‖g(x)‖ with a learned scale s: every input gets prior variance s².
+
+    This is the FM-GP paper's "weak stationarity" normalisation; for DBK it makes the
+    variance correction's trace term and diagonal vanish by construction.
+    """
+
+    def __init__(self, net: nn.Module, scale_init: float = 1.0, eps: float = 1e-12):
+        super().__init__()
+        self.net = net
+        self.log_scale = nn.Parameter(torch.tensor(math.log(scale_init)))
+        self.eps = eps
+
+    def forward(self, x):
+        g = self.net(x)
+        return torch.exp(self.log_scale) * g / g.norm(dim=-1, keepdim=True).clamp_min(self.eps)

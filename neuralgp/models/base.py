@@ -1,0 +1,94 @@
+"""What every neuralgp regressor shares: input checks, scaling, predict in user units, save/load."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from neuralgp.datasets.scaling import Scaler
+from neuralgp.errors import InputError, NotFittedError, check_X, check_X_y
+from neuralgp.io import save_model
+
+PREDICT_CHUNK = 8192
+
+
+class NeuralGPRegressor(RegressorMixin, BaseEstimator):
+    """Subclasses implement ``_fit_scaled(X, y, X_val, y_val)`` and ``_predict_scaled(X) -> (mean, var_f, var_y)``
+    on scaled float64 arrays, and ``_fitted_state()`` / ``_restore(state)`` for save and load."""
+
+    input_scaling = "minmax"
+    normalize_y = True
+
+    # -- fitting -------------------------------------------------------------------------------
+    def fit(self, X, y, X_val=None, y_val=None):
+        """Fit on (X, y); a validation set enables early stopping on validation NLL."""
+        X, y = check_X_y(X, y)
+        if (X_val is None) != (y_val is None):
+            raise InputError("give both X_val and y_val, or neither")
+        if X_val is not None:
+            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val")
+            if X_val.shape[1] != X.shape[1]:
+                raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
+        self.n_features_in_ = X.shape[1]
+        self.x_scaler_ = Scaler(self.input_scaling).fit(X)
+        self.y_scaler_ = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
+        Xs, ys = self.x_scaler_.transform(X), self._scale_y(y)
+        if X_val is not None:
+            X_val, y_val = self.x_scaler_.transform(X_val), self._scale_y(y_val)
+        self._fit_scaled(Xs, ys, X_val, y_val)
+        return self
+
+    def _scale_y(self, y):
+        return self.y_scaler_.transform(y[:, None])[:, 0]
+
+    @property
+    def _y_scale(self) -> float:
+        return float(self.y_scaler_.scale_[0])
+
+    def _check_fitted(self):
+        if not hasattr(self, "x_scaler_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    def _scaled_inputs(self, X) -> np.ndarray:
+        self._check_fitted()
+        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
+
+    # -- prediction ----------------------------------------------------------------------------
+    def predict_dist(self, X) -> dict:
+        """Predictive mean and variances of f and of y (noise included), in the units of y."""
+        Xs = self._scaled_inputs(X)
+        parts = [self._predict_scaled(Xs[i:i + PREDICT_CHUNK]) for i in range(0, len(Xs), PREDICT_CHUNK)]
+        mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
+        s2 = self._y_scale ** 2
+        return {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0],
+                "var_f": var_f * s2, "var_y": var_y * s2}
+
+    def predict(self, X, return_std: bool = False):
+        """Predictive mean; with ``return_std`` also the predictive std of y (noise included)."""
+        dist = self.predict_dist(X)
+        if return_std:
+            return dist["mean"], np.sqrt(dist["var_y"])
+        return dist["mean"]
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path):
+        """Save everything needed to predict (not the training data) to ``path``."""
+        self._check_fitted()
+        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
+                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
+                   "y_scaler": self.y_scaler_.state(), "fitted": self._fitted_state()}
+        return save_model(payload, path)
+
+    @classmethod
+    def _from_payload(cls, payload: dict):
+        model = cls(**payload["params"])
+        model.n_features_in_ = int(payload["n_features_in"])
+        model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
+        model.y_scaler_ = Scaler.from_state(payload["y_scaler"])
+        model._restore(payload["fitted"])
+        return model
+
+    @staticmethod
+    def _tensor(a, dtype=torch.float32, device="cpu"):
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)

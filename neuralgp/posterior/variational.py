@@ -1,0 +1,109 @@
+"""Variational weight-space posterior q(w) = N(m, S) and its ELBO (DBK paper eqs. 8–10).
+
+Two families: full-rank S = LLᵀ (L lower triangular, positive diagonal) and mean-field
+S = diag(s²). For a Gaussian likelihood the expected log-likelihood is closed form; other
+likelihoods (Poisson, Appendix A.5) provide their own ``expected_log_prob``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.functional import softplus
+
+from neuralgp.posterior.likelihoods import GaussianLikelihood
+
+
+def inverse_softplus(x: float) -> float:
+    """y with softplus(y) = x."""
+    return x + math.log(-math.expm1(-x))
+
+
+class _WeightPosterior(nn.Module):
+    """Common parts: the mean m, the KL to N(0, I) and the predictive moments of f = wᵀφ."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self.mean = nn.Parameter(torch.zeros(rank))
+
+    def kl_divergence(self) -> torch.Tensor:
+        """KL(N(m, S) ‖ N(0, I)) = ½(‖m‖² + tr S − log|S| − r)."""
+        m = self.mean
+        return 0.5 * ((m ** 2).sum() + self.trace_cov() - self.logdet_cov() - m.numel())
+
+    def predict_f(self, phi: torch.Tensor):
+        """Mean and variance of f(x) = wᵀφ(x) under q (eq. 10 without noise)."""
+        phi = phi.to(self.mean.dtype)
+        return phi @ self.mean, self.quadratic_form(phi)
+
+
+class FullRankPosterior(_WeightPosterior):
+    """q(w) = N(m, LLᵀ), L lower triangular with a softplus-positive diagonal; initialised at the prior."""
+
+    def __init__(self, rank: int):
+        super().__init__(rank)
+        self.raw_tril = nn.Parameter(torch.zeros(rank, rank))
+        self.raw_diag = nn.Parameter(torch.full((rank,), inverse_softplus(1.0)))
+
+    def scale_tril(self) -> torch.Tensor:
+        return torch.tril(self.raw_tril, diagonal=-1) + torch.diag(softplus(self.raw_diag))
+
+    def set(self, mean: torch.Tensor, scale_tril: torch.Tensor) -> None:
+        """Set q to N(mean, scale_tril scale_trilᵀ) (e.g. the exact posterior, for tests)."""
+        with torch.no_grad():
+            self.mean.copy_(mean)
+            self.raw_tril.copy_(torch.tril(scale_tril, diagonal=-1))
+            diag = torch.diagonal(scale_tril)
+            self.raw_diag.copy_(diag + torch.log(-torch.expm1(-diag)))
+
+    def trace_cov(self):
+        return (self.scale_tril() ** 2).sum()
+
+    def logdet_cov(self):
+        return 2.0 * torch.log(softplus(self.raw_diag)).sum()
+
+    def quadratic_form(self, phi):
+        """‖Lᵀφ_i‖² for each row φ_i."""
+        return ((phi @ self.scale_tril()) ** 2).sum(-1)
+
+
+class MeanFieldPosterior(_WeightPosterior):
+    """q(w) = N(m, diag(s²)), s softplus-positive; initialised at the prior."""
+
+    def __init__(self, rank: int):
+        super().__init__(rank)
+        self.raw_std = nn.Parameter(torch.full((rank,), inverse_softplus(1.0)))
+
+    def std(self):
+        return softplus(self.raw_std)
+
+    def trace_cov(self):
+        return (self.std() ** 2).sum()
+
+    def logdet_cov(self):
+        return 2.0 * torch.log(self.std()).sum()
+
+    def quadratic_form(self, phi):
+        return (phi ** 2 * self.std() ** 2).sum(-1)
+
+
+def make_weight_posterior(family: str, rank: int) -> _WeightPosterior:
+    families = {"full": FullRankPosterior, "meanfield": MeanFieldPosterior}
+    if family not in families:
+        raise ValueError(f"unknown variational family {family!r}; use one of {sorted(families)}")
+    return families[family](rank)
+
+
+def elbo(phi: torch.Tensor, y: torch.Tensor, q: _WeightPosterior, likelihood=None,
+         n_total: int | None = None) -> torch.Tensor:
+    """Mini-batch ELBO estimator (eq. 9): (n/b) Σ_batch E_q[log p(y_i | f_i)] − KL(q ‖ p).
+
+    With the full data (b = n) and a Gaussian likelihood this is eq. (8).
+    """
+    likelihood = likelihood or GaussianLikelihood(torch.tensor(1.0))
+    mean, var = q.predict_f(phi)
+    n = phi.shape[0] if n_total is None else n_total
+    data_term = likelihood.expected_log_prob(y.to(mean.dtype), mean, var).sum()
+    return (n / phi.shape[0]) * data_term - q.kl_divergence()

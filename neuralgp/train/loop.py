@@ -1,0 +1,71 @@
+"""The one training loop: steps, periodic validation, early stopping with best-state restore, progress."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass
+class TrainLog:
+    steps: int = 0  # iterations (full batch) or epochs (mini-batch) actually run
+    best_step: int = 0
+    best_val_nll: float = math.nan
+    seconds: float = 0.0
+    stopped_early: bool = False
+    history: list = field(default_factory=list)  # (step, train loss, val nll)
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "best_step": self.best_step, "best_val_nll": self.best_val_nll,
+                "seconds": self.seconds, "stopped_early": self.stopped_early}
+
+
+def _snapshot(module: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every: int = 100,
+          patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it") -> TrainLog:
+    """Run ``step()`` (returns the training loss) ``n_steps`` times.
+
+    Every ``eval_every`` steps ``validate()`` returns a validation NLL; training stops when it has
+    not improved for ``patience`` steps, and the best state is restored. Without ``validate`` the
+    final state is kept. A non-finite loss stops training and restores the last checked state.
+    """
+    log = TrainLog()
+    best = _snapshot(module)
+    start = time.perf_counter()
+    bar = tqdm(total=n_steps, desc=desc, unit=unit, disable=not verbose, leave=False, dynamic_ncols=True)
+    try:
+        for i in range(1, n_steps + 1):
+            loss = float(step())
+            log.steps = i
+            bar.update(1)
+            if not math.isfinite(loss):
+                if i == 1:
+                    raise FloatingPointError("the training loss is not finite at the first step; "
+                                             "check the data scale or lower the learning rate")
+                log.stopped_early = True
+                break
+            if validate is not None and (i % eval_every == 0 or i == n_steps):
+                val = float(validate())
+                log.history.append((i, loss, val))
+                if math.isfinite(val) and not val >= log.best_val_nll:  # also true while best is nan
+                    log.best_val_nll, log.best_step, best = val, i, _snapshot(module)
+                bar.set_postfix(loss=f"{loss:.4g}", val_nll=f"{val:.4g}", best=f"{log.best_val_nll:.4g}")
+                if i - log.best_step >= patience:
+                    log.stopped_early = True
+                    break
+            elif validate is None and (i % eval_every == 0 or i == n_steps):
+                best, log.best_step = _snapshot(module), i
+                log.history.append((i, loss, math.nan))
+                bar.set_postfix(loss=f"{loss:.4g}")
+    finally:
+        bar.close()
+    module.load_state_dict(best)
+    log.seconds = time.perf_counter() - start
+    return log
