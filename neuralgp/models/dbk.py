@@ -23,7 +23,7 @@ from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, gram_stats,
                                 make_weight_posterior)
 from neuralgp.posterior.variational import inverse_softplus
-from neuralgp.train import train
+from neuralgp.train import adam, train
 
 
 class DBKModule(nn.Module):
@@ -47,7 +47,7 @@ class DBKModule(nn.Module):
 
 def trace_penalty(phi: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """tr(C)/(2σ²) with c_i = max_j ‖φ_j‖² − ‖φ_i‖² over the rows given (eq. 11; mini-batch form on a batch)."""
-    sq = (phi.double() ** 2).sum(-1)
+    sq = (phi * phi).sum(-1).double()
     return (sq.max() * len(sq) - sq.sum()) / (2 * noise.double())
 
 
@@ -55,6 +55,16 @@ def correction_scale(phi: torch.Tensor, noise: torch.Tensor, max_prior_var: torc
     """Noise multipliers d = σ̂²(x)/σ² = 1 + (max(M, ‖φ‖²) − ‖φ‖²)/σ² of the diagonal correction (eq. 12)."""
     sq = (phi.double() ** 2).sum(-1)
     return 1.0 + (torch.clamp(max_prior_var - sq, min=0.0)) / noise.double()
+
+
+def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool) -> torch.Tensor:
+    """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
+    phi = module(Xt)
+    noise = module.noise()
+    objective = ExactPosterior(gram_stats(phi, yt), noise).log_marginal_likelihood()
+    if trace_regulariser:
+        objective = objective - trace_penalty(phi, noise)
+    return objective
 
 
 @register
@@ -99,7 +109,12 @@ class DBKRegressor(NeuralGPRegressor):
             return bool(self.variance_correction) and self.rank >= 2
         return bool(self.normalize_features)
 
-    def _build(self, in_dim: int) -> DBKModule:
+    def _trace_regulariser(self) -> bool:
+        """The trace term is trained only for free features: with constant-norm features it is zero."""
+        return bool(self.variance_correction) and not self._uses_normalized_features()
+
+    def build_module(self, in_dim: int) -> DBKModule:
+        """A fresh (untrained) DBKModule for inputs of dimension ``in_dim``."""
         if self.inference not in ("exact", "svi"):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
@@ -114,7 +129,7 @@ class DBKRegressor(NeuralGPRegressor):
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.module_ = self._build(X.shape[1])
+            self.module_ = self.build_module(X.shape[1])
             Xt, yt = self._tensor(X, device=self.device), self._tensor(y, torch.float64, self.device)
             val = None
             if X_val is not None:
@@ -126,11 +141,7 @@ class DBKRegressor(NeuralGPRegressor):
         return self
 
     def _optimizer(self):
-        m = self.module_
-        net_params = [p for n, p in m.net.named_parameters() if n.endswith("weight")]
-        other = [p for p in m.parameters() if all(p is not q for q in net_params)]
-        return torch.optim.Adam([{"params": net_params, "weight_decay": self.weight_decay},
-                                 {"params": other, "weight_decay": 0.0}], lr=self.lr)
+        return adam(self.module_, self.module_.net, self.lr, self.weight_decay)
 
     def _validation_nll(self, val, predict_scaled) -> float:
         X_val, y_val = val
@@ -144,12 +155,7 @@ class DBKRegressor(NeuralGPRegressor):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            phi = m(Xt)
-            noise = m.noise()
-            objective = ExactPosterior(gram_stats(phi, yt), noise).log_marginal_likelihood()
-            if self.variance_correction:
-                objective = objective - trace_penalty(phi, noise)
-            loss = -objective / n
+            loss = -exact_objective(m, Xt, yt, self._trace_regulariser()) / n
             loss.backward()
             opt.step()
             return loss.item()
@@ -176,7 +182,7 @@ class DBKRegressor(NeuralGPRegressor):
                 phi = m(Xt[idx])
                 noise = m.noise()
                 objective = elbo(phi, yt[idx], m.q, GaussianLikelihood(noise), n_total=n)
-                if self.variance_correction:
+                if self._trace_regulariser():
                     objective = objective - (n / len(idx)) * trace_penalty(phi, noise)
                 loss = -objective / n
                 loss.backward()
@@ -262,7 +268,7 @@ class DBKRegressor(NeuralGPRegressor):
         return state
 
     def _restore(self, state: dict):
-        self.module_ = self._build(self.n_features_in_)
+        self.module_ = self.build_module(self.n_features_in_)
         self.module_.load_state_dict(state["module"])
         self.module_.eval()
         self.n_iter_ = state["n_iter"]

@@ -19,27 +19,30 @@ class _GramStatistics(torch.autograd.Function):
     """[Φ, y]ᵀ diag(w) [Φ, y] in float64 with a backward pass in Φ's own dtype.
 
     The forward accuracy matters (the r×r Cholesky of ΦᵀΦ + σ²I is ill-conditioned when σ² is
-    small); the gradient does not need float64, and computing it in float32 keeps the step
-    close to the cost of the network alone.
+    small); the gradient does not need float64, and computing it in Φ's dtype (float32 for
+    networks) keeps the step close to the cost of the network alone.
     """
 
     @staticmethod
     def forward(ctx, phi, y, weights):
-        z = torch.cat([phi, y.to(phi.dtype).unsqueeze(-1)], dim=-1)
-        z64 = z.to(STATS_DTYPE)
-        zw = z64 if weights is None else z64 * weights.to(STATS_DTYPE).unsqueeze(-1)
-        gram = zw.T @ z64
-        ctx.save_for_backward(z, weights)
+        n, r = phi.shape
+        z = torch.empty(n, r + 1, dtype=STATS_DTYPE, device=phi.device)
+        z[:, :r] = phi
+        z[:, r] = y
+        gram = (z if weights is None else z * weights.to(STATS_DTYPE).unsqueeze(-1)).T @ z
+        ctx.save_for_backward(phi, y, weights)
         return gram
 
     @staticmethod
     def backward(ctx, grad_gram):
-        z, weights = ctx.saved_tensors
-        g = grad_gram.to(z.dtype)
-        grad_z = z @ (g + g.T)
+        phi, y, weights = ctx.saved_tensors
+        r = phi.shape[1]
+        h = (grad_gram + grad_gram.T)[:, :r].to(phi.dtype)
+        # ∂/∂Φ of tr(Gᵀ ZᵀWZ) restricted to the Φ columns: W (Φ H[:r] + y H[r])
+        grad_phi = torch.addmm(torch.outer(y.to(phi.dtype), h[r]), phi, h[:r])
         if weights is not None:
-            grad_z = grad_z * weights.to(z.dtype).unsqueeze(-1)
-        return grad_z[:, :-1], None, None
+            grad_phi = grad_phi * weights.to(phi.dtype).unsqueeze(-1)
+        return grad_phi, None, None
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Training loops shared by all estimators."""
+"""Training loops and optimisers shared by all estimators."""
 
 from neuralgp.train.loop import TrainLog, train
+from neuralgp.train.optim import adam
 
-__all__ = ["TrainLog", "train"]
+__all__ = ["TrainLog", "train", "adam"]

@@ -1,0 +1,175 @@
+"""Command line: `neuralgp demo | fit | predict | bench | datasets`."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from neuralgp.errors import NeuralGPError
+
+MODELS = {"dbk": {"inference": "exact"}, "svdbk": {"inference": "svi"}}
+BENCH_SUITES = ("dbk-speed",)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neuralgp", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="1-D step function: DBK with and without the variance correction (Figure 1)")
+    d.add_argument("--out", default="demo_output", help="folder for step1d.png and metrics.md (default demo_output)")
+    d.add_argument("--n", type=int, default=1000, help="training points (default 1000)")
+    d.add_argument("--max-iter", type=int, default=3000)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    f = sub.add_parser("fit", help="train on a data set, evaluate on its test split, print metrics")
+    f.add_argument("--dataset", required=True, help="uci/<set>, gal/<set>, synthetic/step1d or a CSV path")
+    f.add_argument("--model", choices=sorted(MODELS), default="dbk")
+    f.add_argument("--no-correction", action="store_true", help="disable the variance correction (the -c ablation)")
+    f.add_argument("--paper-correction", action="store_true",
+                   help="free features with the paper's trace regulariser + diagonal correction "
+                        "(default: constant-norm features)")
+    f.add_argument("--rank", type=int, default=128)
+    f.add_argument("--split", default=None, help="random (default), mask:K or gal:K")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--max-iter", type=int, default=10000, help="full-batch iterations (dbk)")
+    f.add_argument("--max-epochs", type=int, default=2000, help="epochs (svdbk)")
+    f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
+    f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
+    f.add_argument("--data-root", default=None, help="data folder (default $NEURALGP_DATA or ../shared/data)")
+    f.add_argument("--out", default=None, help="folder to save model.pt and metrics.json")
+    f.add_argument("--json", action="store_true", help="print metrics as JSON")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV file")
+    pr.add_argument("model_file")
+    pr.add_argument("input_csv", help="CSV with the model's input columns (a header line is optional)")
+    pr.add_argument("--output", required=True, help="CSV to write with columns mean,std")
+
+    b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
+    b.add_argument("suite", choices=BENCH_SUITES)
+    b.add_argument("--data-root", default=None)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", default=None, help="folder for results.json")
+    b.add_argument("--json", action="store_true")
+
+    ds = sub.add_parser("datasets", help="list the data sets available here with n and d")
+    ds.add_argument("--data-root", default=None)
+    return p
+
+
+def _cmd_demo(args):
+    from neuralgp.demo import run_demo
+    table, png = run_demo(args.out, n=args.n, max_iter=args.max_iter, seed=args.seed, verbose=not args.quiet)
+    print(table)
+    print(f"\nwrote {png} and {Path(args.out) / 'metrics.md'}")
+
+
+def _cmd_fit(args):
+    from neuralgp import datasets
+    from neuralgp.bench.evaluate import evaluate_regression
+    from neuralgp.models import DBKRegressor
+    if args.no_correction and args.paper_correction:
+        raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise NeuralGPError(f"--out {out} exists and is not a folder")
+    ds = datasets.load(args.dataset, split=args.split, seed=args.seed, root=args.data_root, n=args.n,
+                       target=args.target)
+    if ds.task != "regression":
+        raise NeuralGPError(f"{args.dataset} is a classification set; `fit` trains regressors")
+    params = dict(MODELS[args.model], rank=args.rank, seed=args.seed, max_iter=args.max_iter,
+                  max_epochs=args.max_epochs, verbose=not args.quiet,
+                  variance_correction=not args.no_correction)
+    if args.paper_correction:
+        params["normalize_features"] = False
+    if ds.n_features == 1:
+        params["backbone"] = "mlp"  # the paper's synthetic backbone
+    model = DBKRegressor(**params)
+    result = {"dataset": args.dataset, "model": args.model, "split": ds.split, "seed": args.seed,
+              "rank": args.rank, "variance_correction": not args.no_correction,
+              "normalize_features": model._uses_normalized_features(), **evaluate_regression(model, ds)}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save(out / "model.pt")
+        _write_atomic(out / "metrics.json", json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key in ("mae", "rmse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
+                    "noise_variance", "train_seconds", "iterations", "best_iteration"):
+            value = result[key]
+            print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
+        if out is not None:
+            print(f"saved {out / 'model.pt'}")
+
+
+def _write_atomic(path: Path, text: str):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _cmd_predict(args):
+    import io
+
+    from neuralgp.datasets.readers import read_features_csv
+    from neuralgp.io import load
+    model = load(args.model_file)
+    X = read_features_csv(args.input_csv)
+    mean, std = model.predict(X, return_std=True)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["mean", "std"])
+    writer.writerows(zip(mean.tolist(), std.tolist()))
+    output = Path(args.output)
+    if not output.parent.is_dir():
+        raise NeuralGPError(f"folder {output.parent} for --output does not exist")
+    _write_atomic(output, buf.getvalue())
+    print(f"wrote {len(mean)} predictions to {output}")
+
+
+def _cmd_bench(args):
+    from neuralgp.bench.speed import dbk_speed, format_speed
+    result = dbk_speed(seed=args.seed, root=args.data_root)
+    result["command"] = "neuralgp " + " ".join(sys.argv[1:])
+    print(json.dumps(result, indent=2) if args.json else format_speed(result))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        _write_atomic(Path(args.out) / f"{args.suite}.json", json.dumps(result, indent=2) + "\n")
+
+
+def _cmd_datasets(args):
+    from neuralgp import datasets
+    print(f"{'name':<42} {'n':>7} {'d':>4}")
+    for name, n, d in datasets.available(args.data_root):
+        print(f"{name:<42} {'any' if n < 0 else n:>7} {d:>4}")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"demo": _cmd_demo, "fit": _cmd_fit, "predict": _cmd_predict, "bench": _cmd_bench,
+               "datasets": _cmd_datasets}[args.command]
+    try:
+        handler(args)
+    except NeuralGPError as exc:
+        print(f"neuralgp {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
