@@ -1,0 +1,81 @@
+"""The command line, end to end on small data."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from neuralgp.bench.speed import dbk_speed
+from neuralgp.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True)
+
+
+def test_fit_json_save_and_predict(tmp_path):
+    out = tmp_path / "run"
+    res = run("fit", "--dataset", "uci/yacht", "--model", "dbk", "--max-iter", "60", "--rank", "16",
+              "--json", "--quiet", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    metrics = json.loads(res.stdout)
+    for key in ("mae", "rmse", "nll", "crps", "coverage_95", "train_seconds", "iterations"):
+        assert key in metrics
+    assert metrics["iterations"] == 60 and metrics["n_train"] == 216
+    inputs = tmp_path / "x.csv"
+    np.savetxt(inputs, np.random.default_rng(0).uniform(0, 1, (7, 6)), delimiter=",", header="a,b,c,d,e,f",
+               comments="")
+    pred = run("predict", str(out / "model.pt"), str(inputs), "--output", str(tmp_path / "p.csv"))
+    assert pred.returncode == 0, pred.stderr
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "mean,std" and len(lines) == 8 and all(float(v.split(",")[1]) > 0 for v in lines[1:])
+
+
+def test_svdbk_fit_and_text_output(capsys):
+    assert main(["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--max-epochs", "3", "--rank", "8",
+                 "--quiet"]) == 0
+    assert "coverage_95" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fit", "--dataset", "uci/nonexistent"], "uci set 'nonexistent' not found"),
+    (["fit", "--dataset", "uci_classification/magic"], "classification set"),
+    (["predict", "missing.pt", "x.csv", "--output", "o.csv"], "model file missing.pt does not exist"),
+    (["fit", "--dataset", "uci/yacht", "--no-correction", "--paper-correction"], "exclude each other"),
+])
+def test_errors_are_one_line_without_traceback(tmp_path, args, message):
+    res = subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert res.returncode == 2
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_with_wrong_feature_count_writes_nothing(tmp_path):
+    assert main(["fit", "--dataset", "uci/yacht", "--max-iter", "5", "--rank", "4", "--quiet",
+                 "--out", str(tmp_path / "m")]) == 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2\n3,4\n")
+    res = run("predict", str(tmp_path / "m" / "model.pt"), str(bad), "--output", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "2 features but the model was fitted with 6" in res.stderr
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_datasets_command(capsys):
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "uci/pol" in out and "15000" in out
+
+
+def test_demo_smoke(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--n", "100", "--max-iter", "30", "--quiet"]) == 0
+    assert (tmp_path / "step1d.png").stat().st_size > 10000
+    table = (tmp_path / "metrics.md").read_text()
+    assert table.count("| DBK") == 3 and "test RMSE" in capsys.readouterr().out
+
+
+def test_speed_benchmark_runs():
+    res = dbk_speed(dataset="uci/yacht", blocks=1, steps_per_block=2)
+    assert res["dbk_ms"] > 0 and res["plain_ms"] > 0 and res["ratio"] == res["dbk_ms"] / res["plain_ms"]

@@ -1,0 +1,137 @@
+"""DBKRegressor: equality with the dense GP it claims to be, persistence, scikit-learn conventions."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+
+import neuralgp
+from neuralgp import DBKRegressor
+from neuralgp.train import train
+
+SMALL = dict(rank=16, hidden=32, max_iter=150, verbose=False, lr=3e-3)
+
+
+def toy(n=120, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 3, size=(n, d))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n) + 4.0
+    return X, y
+
+
+def dense_gp(model, X, y, X_star, corrected):
+    """Textbook GP with k = features·features + diag(c), noise σ², prior mean = the target shift."""
+    phi, phi_s = model.features(X), model.features(X_star)
+    shift = model.y_scaler_.shift_[0]
+    sq, sq_s = (phi ** 2).sum(1), (phi_s ** 2).sum(1)
+    M = sq.max()
+    c, c_s = (M - sq, np.maximum(M - sq_s, 0)) if corrected else (0 * sq, 0 * sq_s)
+    S = phi @ phi.T + np.diag(c) + model.noise_variance_ * np.eye(len(y))
+    k_s = phi @ phi_s.T
+    mean = shift + k_s.T @ np.linalg.solve(S, y - shift)
+    var = sq_s + c_s - np.sum(k_s * np.linalg.solve(S, k_s), 0) + model.noise_variance_
+    return mean, np.sqrt(var)
+
+
+@pytest.mark.parametrize("params,corrected", [
+    ({}, True),                                   # default: constant-norm features + correction
+    ({"normalize_features": False}, True),        # the paper's trace regulariser + diagonal correction
+    ({"variance_correction": False}, False),      # DBK-c
+    ({"rank": 1}, True),                          # DBK-r
+])
+@pytest.mark.parametrize("normalize_y", [False, True])
+def test_predictions_equal_dense_gp_from_features(params, corrected, normalize_y):
+    X, y = toy()
+    X_star = np.random.default_rng(5).uniform(-3, 4, size=(30, 2))  # includes points outside the data
+    model = DBKRegressor(normalize_y=normalize_y, **{**SMALL, **params}).fit(X, y)
+    mean, std = model.predict(X_star, return_std=True)
+    d_mean, d_std = dense_gp(model, X, y, X_star, corrected)
+    np.testing.assert_allclose(mean, d_mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(std, d_std, rtol=1e-6, atol=1e-6)
+    if corrected:
+        assert model.max_prior_variance_ == pytest.approx((model.features(X) ** 2).sum(1).max(), rel=1e-9)
+
+
+def test_constant_norm_features_have_uniform_prior_variance():
+    X, y = toy()
+    model = DBKRegressor(**SMALL).fit(X, y)
+    sq = (model.features(np.random.default_rng(1).uniform(-5, 5, (50, 2))) ** 2).sum(1)
+    np.testing.assert_allclose(sq, sq[0], rtol=1e-5)
+    assert model._uses_normalized_features() and not model._trace_regulariser()
+
+
+@pytest.mark.parametrize("inference", ["exact", "svi"])
+def test_save_load_round_trip_without_training_data(tmp_path, inference):
+    X, y = toy()
+    model = DBKRegressor(inference=inference, max_epochs=15, batch_size=32, **SMALL).fit(X, y, X[:20], y[:20])
+    path = model.save(tmp_path / "m.pt")
+    loaded = neuralgp.load(path)
+    X_star = np.random.default_rng(2).uniform(-2, 3, (25, 2))
+    for a, b in zip(model.predict(X_star, return_std=True), loaded.predict(X_star, return_std=True)):
+        np.testing.assert_array_equal(a, b)
+    assert loaded.get_params() == model.get_params()
+    assert loaded.noise_variance_ == model.noise_variance_
+    payload = torch.load(path, weights_only=True)
+    sizes = [v.numel() for v in payload["fitted"]["module"].values()]
+    assert len(y) not in {s for s in sizes if s != 16 * 16}  # nothing with one entry per training row
+    assert not any(torch.is_tensor(v) and v.shape[:1] == (len(y),) for v in payload["fitted"].values())
+
+
+def test_svi_learns_and_reports_variance():
+    X, y = toy(n=400)
+    model = DBKRegressor(inference="svi", rank=16, hidden=32, max_epochs=60, batch_size=64, lr=5e-3,
+                         verbose=False).fit(X, y)
+    Xt, yt = toy(n=200, seed=1)
+    mean, std = model.predict(Xt, return_std=True)
+    assert np.sqrt(np.mean((mean - yt) ** 2)) < 0.5 * yt.std()
+    dist = model.predict_dist(Xt)
+    np.testing.assert_allclose(dist["var_y"], std ** 2)
+    assert np.all(dist["var_y"] > dist["var_f"]) and np.all(dist["var_f"] >= 0)
+
+
+def test_meanfield_family_and_sklearn_conventions():
+    model = DBKRegressor(inference="svi", variational_family="meanfield", max_epochs=5, **SMALL)
+    cloned = clone(model)
+    assert cloned.get_params() == model.get_params()
+    cloned.set_params(rank=8)
+    X, y = toy()
+    cloned.fit(X, y)
+    assert cloned.module_.q.mean.shape == (8,)
+    assert -1 < cloned.score(X, y) <= 1
+    assert not hasattr(model, "module_")
+
+
+def test_exact_fit_is_reproducible_by_seed():
+    X, y = toy()
+    a = DBKRegressor(**SMALL, seed=3).fit(X, y).predict(X)
+    b = DBKRegressor(**SMALL, seed=3).fit(X, y).predict(X)
+    c = DBKRegressor(**SMALL, seed=4).fit(X, y).predict(X)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_early_stopping_restores_the_best_state():
+    module = torch.nn.Linear(1, 1)
+    values = iter([5.0, 3.0, 1.0, 2.0, 4.0, 6.0, 7.0, 8.0])
+    steps = []
+
+    def step():
+        with torch.no_grad():
+            module.weight.fill_(float(len(steps)))
+        steps.append(1)
+        return 0.0
+
+    log = train(module, step, n_steps=100, validate=lambda: next(values), eval_every=1, patience=3,
+                verbose=False)
+    assert log.best_step == 3 and log.steps == 6 and log.stopped_early
+    assert module.weight.item() == 2.0  # the weight written at step 3
+
+
+def test_fit_with_correction_learns_the_noise_on_step_function():
+    ds = neuralgp.datasets.load("synthetic/step1d", n=500, seed=0)
+    model = DBKRegressor(backbone="mlp", rank=32, max_iter=1500, lr=3e-3, verbose=False)
+    model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+    mean, std = model.predict(ds.X_test, return_std=True)
+    report = neuralgp.metrics.regression_report(ds.y_test, mean, std)
+    assert 0.004 < model.noise_variance_ < 0.02  # true noise variance 0.01
+    assert report["rmse"] < 0.13 and 0.88 < report["coverage_95"] < 0.99

@@ -1,0 +1,98 @@
+"""Bad input: a clear error that names the problem, and nothing written."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import neuralgp
+from neuralgp import DBKRegressor
+from neuralgp.errors import DataError, InputError, ModelFileError, NotFittedError
+
+X = np.random.default_rng(0).normal(size=(30, 3))
+Y = X[:, 0] + 0.1 * np.random.default_rng(1).normal(size=30)
+FAST = dict(rank=4, hidden=8, max_iter=5, verbose=False)
+
+
+@pytest.mark.parametrize("Xb,yb,message", [
+    (np.where(np.arange(90).reshape(30, 3) == 7, np.nan, X), Y, "X contains 1 NaN or infinite"),
+    (X, np.where(np.arange(30) == 3, np.inf, Y), "y contains 1 NaN or infinite"),
+    (X[:, 0], Y, r"X must be 2-D.*reshape\(-1, 1\)"),
+    (X[None], Y, "X must be 2-D"),
+    (X, Y[:-1], "X has 30 rows but y has 29"),
+    (X[:1], Y[:1], "at least 2 rows"),
+    (X, np.full(30, 2.5), "y is constant"),
+    (np.array([["1", "a", "2"]] * 30), Y, "X has non-numeric values"),
+    (X, np.ones((30, 2)), "y must be 1-D"),
+    (np.empty((0, 3)), np.empty(0), "X has no rows"),
+])
+def test_fit_rejects_bad_input(Xb, yb, message):
+    model = DBKRegressor(**FAST)
+    with pytest.raises(InputError, match=message):
+        model.fit(Xb, yb)
+    assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")
+
+
+def test_validation_set_checks():
+    with pytest.raises(InputError, match="both X_val and y_val"):
+        DBKRegressor(**FAST).fit(X, Y, X_val=X)
+    with pytest.raises(InputError, match="X_val has 2 features but X has 3"):
+        DBKRegressor(**FAST).fit(X, Y, X[:, :2], Y)
+
+
+def test_predict_errors():
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        DBKRegressor(**FAST).predict(X)
+    model = DBKRegressor(**FAST).fit(X, Y)
+    with pytest.raises(InputError, match="X has 2 features but the model was fitted with 3"):
+        model.predict(X[:, :2])
+    with pytest.raises(InputError, match="NaN"):
+        model.predict(np.full((2, 3), np.nan))
+
+
+def test_bad_hyperparameters():
+    for params, message in [({"inference": "mcmc"}, "inference must be"), ({"backbone": "cnn"}, "unknown backbone"),
+                            ({"activation": "swishy"}, "unknown activation"), ({"rank": 0}, "rank must be"),
+                            ({"noise_init": 1e-7}, "must exceed noise_min"),
+                            ({"inference": "svi", "variational_family": "x"}, "unknown variational family")]:
+        with pytest.raises(ValueError, match=message):
+            DBKRegressor(**{**FAST, **params}).fit(X, Y)
+
+
+def test_model_file_errors(tmp_path):
+    with pytest.raises(ModelFileError, match="does not exist"):
+        neuralgp.load(tmp_path / "missing.pt")
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(ModelFileError, match="not a readable neuralgp model file"):
+        neuralgp.load(corrupt)
+    evil = tmp_path / "evil.pt"
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this must never run",))
+    evil.write_bytes(pickle.dumps({"format": "neuralgp-model", "x": Payload()}))
+    with pytest.raises(ModelFileError):
+        neuralgp.load(evil)
+    import torch
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(ModelFileError, match="not a neuralgp model file"):
+        neuralgp.load(foreign)
+
+
+def test_save_errors_leave_no_files(tmp_path):
+    model = DBKRegressor(**FAST).fit(X, Y)
+    with pytest.raises(ModelFileError, match="does not exist"):
+        model.save(tmp_path / "no" / "m.pt")
+    with pytest.raises(ModelFileError, match="is a directory"):
+        model.save(tmp_path)
+    with pytest.raises(NotFittedError):
+        DBKRegressor().save(tmp_path / "m.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_data_set_names_the_alternatives(tmp_path):
+    (tmp_path / "uci" / "pol").mkdir(parents=True)
+    with pytest.raises(DataError, match="uci set 'kin' not found.*available here: pol"):
+        neuralgp.datasets.load("uci/kin", root=tmp_path)

@@ -1,0 +1,71 @@
+"""Metrics against independent references (scipy.stats, numerical integration, scikit-learn)."""
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+from sklearn.metrics import accuracy_score, brier_score_loss, log_loss
+
+from neuralgp import metrics
+
+rng = np.random.default_rng(0)
+Y, MEAN, STD = rng.normal(size=50), rng.normal(size=50), rng.uniform(0.3, 2.0, size=50)
+
+
+def test_point_errors():
+    assert metrics.mae(Y, MEAN) == pytest.approx(np.abs(Y - MEAN).mean())
+    assert metrics.rmse(Y, MEAN) == pytest.approx(np.sqrt(((Y - MEAN) ** 2).mean()))
+
+
+def test_nll_matches_scipy():
+    assert metrics.nll(Y, MEAN, STD) == pytest.approx(-stats.norm.logpdf(Y, MEAN, STD).mean(), rel=1e-12)
+
+
+def test_crps_matches_numerical_integral():
+    def crps_one(y, m, s):
+        f = lambda z: (stats.norm.cdf(z, m, s) - (z >= y)) ** 2  # noqa: E731
+        lo, hi = m - 12 * s, m + 12 * s
+        return integrate.quad(f, lo, y, limit=200)[0] + integrate.quad(f, y, hi, limit=200)[0]
+    ref = np.mean([crps_one(*t) for t in zip(Y[:10], MEAN[:10], STD[:10])])
+    assert metrics.crps(Y[:10], MEAN[:10], STD[:10]) == pytest.approx(ref, rel=1e-6)
+
+
+def test_coverage_and_z2():
+    for level in (0.5, 0.9, 0.95):
+        lo, hi = stats.norm.interval(level, MEAN, STD)
+        assert metrics.coverage(Y, MEAN, STD, level) == pytest.approx(np.mean((Y >= lo) & (Y <= hi)))
+    big = rng.normal(size=200000)
+    assert metrics.coverage(big, 0 * big, 1 + 0 * big, 0.9) == pytest.approx(0.9, abs=0.005)
+    assert metrics.mean_z2(big, 0 * big, 1 + 0 * big) == pytest.approx(1.0, abs=0.01)
+
+
+def test_regression_input_errors():
+    with pytest.raises(ValueError, match="positive"):
+        metrics.nll(Y, MEAN, 0 * STD)
+    with pytest.raises(ValueError, match="equal lengths"):
+        metrics.nll(Y, MEAN[:3], STD)
+
+
+P = rng.dirichlet(np.ones(3), size=200)
+LABELS = np.array([rng.choice(3, p=p) for p in P])
+
+
+def test_classification_against_sklearn():
+    assert metrics.accuracy(LABELS, P) == pytest.approx(accuracy_score(LABELS, P.argmax(1)))
+    assert metrics.classification_nll(LABELS, P) == pytest.approx(log_loss(LABELS, P, labels=[0, 1, 2]))
+    p2 = np.stack([1 - P[:, 0], P[:, 0]], 1)
+    y2 = (LABELS == 0).astype(int)
+    # multi-class Brier sums over both classes: twice scikit-learn's binary Brier
+    assert metrics.brier(y2, p2) == pytest.approx(2 * brier_score_loss(y2, p2[:, 1]))
+
+
+def test_ece_brute_force():
+    conf, pred = P.max(1), P.argmax(1)
+    edges = np.linspace(0, 1, 16)
+    total = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (conf >= lo) & ((conf < hi) | (hi == 1.0))
+        if sel.any():
+            total += sel.sum() / len(conf) * abs((pred[sel] == LABELS[sel]).mean() - conf[sel].mean())
+    assert metrics.ece(LABELS, P) == pytest.approx(total)
+    perfect = np.eye(3)[LABELS]
+    assert metrics.ece(LABELS, perfect) == 0.0 and metrics.brier(LABELS, perfect) == 0.0
