@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
     f.add_argument("--data-root", default=None, help="data folder (default $NEURALGP_DATA or ../shared/data)")
+    f.add_argument("--max-time", type=float, default=None,
+                   help="wall-clock budget in seconds; training stops at the next validation check after it")
+    f.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     f.add_argument("--out", default=None, help="folder to save model.pt and metrics.json")
     f.add_argument("--json", action="store_true", help="print metrics as JSON")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -84,7 +87,8 @@ def _cmd_fit(args):
     if ds.task != "regression":
         raise NeuralGPError(f"{args.dataset} is a classification set; `fit` trains regressors")
     params = dict(MODELS[args.model], rank=args.rank, seed=args.seed, max_iter=args.max_iter,
-                  max_epochs=args.max_epochs, verbose=not args.quiet,
+                  max_epochs=args.max_epochs, verbose=not args.quiet, device=args.device,
+                  max_time=args.max_time,
                   variance_correction=not args.no_correction)
     if args.paper_correction:
         params["normalize_features"] = False
@@ -92,6 +96,7 @@ def _cmd_fit(args):
         params["backbone"] = "mlp"  # the paper's synthetic backbone
     model = DBKRegressor(**params)
     result = {"dataset": args.dataset, "model": args.model, "split": ds.split, "seed": args.seed,
+              "device": args.device,
               "rank": args.rank, "variance_correction": not args.no_correction,
               "normalize_features": model._uses_normalized_features(), **evaluate_regression(model, ds)}
     if out is not None:

@@ -26,6 +26,7 @@ def evaluate_regression(model, ds) -> dict:
     report.update(train_seconds=train_seconds, predict_seconds=predict_seconds,
                   iterations=int(getattr(model, "n_iter_", 0)),
                   best_iteration=int(log.best_step) if log else None,
+                  out_of_time=bool(log.out_of_time) if log else False,
                   noise_variance=float(model.noise_variance_) / sd ** 2,
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

@@ -77,7 +77,7 @@ class DBKRegressor(NeuralGPRegressor):
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full", lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True, input_scaling="minmax",
+                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True, input_scaling="minmax",
                  seed=0, device="cpu", verbose=True):
         self.rank = rank
         self.backbone = backbone
@@ -95,6 +95,7 @@ class DBKRegressor(NeuralGPRegressor):
         self.max_epochs = max_epochs
         self.eval_every = eval_every
         self.patience = patience
+        self.max_time = max_time
         self.noise_init = noise_init
         self.noise_min = noise_min
         self.normalize_y = normalize_y
@@ -166,7 +167,8 @@ class DBKRegressor(NeuralGPRegressor):
                 posterior, max_var = self._exact_posterior(Xt, yt)
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 100,
-                     patience=self.patience or 2000, verbose=self.verbose, desc="DBK exact", unit="it")
+                     patience=self.patience or 2000, verbose=self.verbose, desc="DBK exact", unit="it",
+                     max_seconds=self.max_time)
 
     def _fit_svi(self, Xt, yt, val):
         m, n, opt = self.module_, len(yt), self._optimizer()
@@ -196,7 +198,8 @@ class DBKRegressor(NeuralGPRegressor):
                 max_var = self._max_prior_variance(Xt)
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var))
         return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
-                     patience=self.patience or 200, verbose=self.verbose, desc="DBK svi", unit="epoch")
+                     patience=self.patience or 200, verbose=self.verbose, desc="DBK svi", unit="epoch",
+                     max_seconds=self.max_time)
 
     # -- posterior ---------------------------------------------------------------------------------
     def _max_prior_variance(self, Xt) -> torch.Tensor | None:
@@ -262,7 +265,8 @@ class DBKRegressor(NeuralGPRegressor):
     # -- persistence -------------------------------------------------------------------------------
     def _fitted_state(self) -> dict:
         state = {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()},
-                 "max_prior_variance": self.max_prior_variance_scaled_, "n_iter": self.n_iter_}
+                 "max_prior_variance": None if self.max_prior_variance_scaled_ is None
+                 else self.max_prior_variance_scaled_.cpu(), "n_iter": self.n_iter_}
         if self.inference == "exact":
             state["chol"], state["weights_mean"] = self.posterior_.chol.cpu(), self.posterior_.weights_mean.cpu()
         return state
@@ -273,9 +277,11 @@ class DBKRegressor(NeuralGPRegressor):
         self.module_.eval()
         self.n_iter_ = state["n_iter"]
         mv = state["max_prior_variance"]
-        self.max_prior_variance_scaled_ = None if mv is None else torch.as_tensor(mv, dtype=torch.float64)
+        self.max_prior_variance_scaled_ = None if mv is None else torch.as_tensor(mv, dtype=torch.float64,
+                                                                                  device=self.device)
         if self.inference == "exact":
-            self.posterior_ = ExactPosterior.from_factor(state["chol"], state["weights_mean"],
+            self.posterior_ = ExactPosterior.from_factor(state["chol"].to(self.device),
+                                                         state["weights_mean"].to(self.device),
                                                          self.module_.noise().detach())
         else:
             self.posterior_ = self.module_.q

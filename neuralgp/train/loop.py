@@ -17,11 +17,12 @@ class TrainLog:
     best_val_nll: float = math.nan
     seconds: float = 0.0
     stopped_early: bool = False
+    out_of_time: bool = False
     history: list = field(default_factory=list)  # (step, train loss, val nll)
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "best_step": self.best_step, "best_val_nll": self.best_val_nll,
-                "seconds": self.seconds, "stopped_early": self.stopped_early}
+                "seconds": self.seconds, "stopped_early": self.stopped_early, "out_of_time": self.out_of_time}
 
 
 def _snapshot(module: torch.nn.Module) -> dict:
@@ -29,12 +30,14 @@ def _snapshot(module: torch.nn.Module) -> dict:
 
 
 def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every: int = 100,
-          patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it") -> TrainLog:
+          patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it",
+          max_seconds: float | None = None) -> TrainLog:
     """Run ``step()`` (returns the training loss) ``n_steps`` times.
 
     Every ``eval_every`` steps ``validate()`` returns a validation NLL; training stops when it has
     not improved for ``patience`` steps, and the best state is restored. Without ``validate`` the
     final state is kept. A non-finite loss stops training and restores the last checked state.
+    After ``max_seconds`` of wall-clock time training stops at the next check (``out_of_time``).
     """
     log = TrainLog()
     best = _snapshot(module)
@@ -60,6 +63,10 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 if i - log.best_step >= patience:
                     log.stopped_early = True
                     break
+            if max_seconds is not None and log.history and log.history[-1][0] == i \
+                    and time.perf_counter() - start > max_seconds:
+                log.out_of_time = True
+                break
             elif validate is None and (i % eval_every == 0 or i == n_steps):
                 best, log.best_step = _snapshot(module), i
                 log.history.append((i, loss, math.nan))

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# DBK rows of the DBK paper's Table 1 (exact inference) on pol and protein, 5 seeds, paper protocol:
+# random 70/10/20 split per seed, <= 10 000 full-batch iterations, validation NLL every 100, patience 2 000.
+# Usage: benchmarks/dbk_table1_exact.sh OUT_DIR [DEVICE] [PARALLEL]   (NEURALGP=command to run neuralgp)
+set -u
+out=${1:?output folder}; device=${2:-cpu}; par=${3:-1}
+mkdir -p "$out"
+neuralgp=${NEURALGP:-".venv/bin/neuralgp"}
+jobs=()
+for ds in pol protein; do
+  for seed in 0 1 2 3 4; do
+    jobs+=("$ds dbk $seed")
+    jobs+=("$ds dbk-paper $seed --paper-correction")
+    jobs+=("$ds dbk-c $seed --no-correction")
+    jobs+=("$ds dbk-r $seed --rank 1")
+    jobs+=("$ds dbk-cr $seed --rank 1 --no-correction")
+  done
+done
+printf '%s\n' "${jobs[@]}" | xargs -P "$par" -I{} bash -c '
+  set -- {}; ds=$1; name=$2; seed=$3; shift 3
+  f='"$out"'/$ds-$name-$seed.json
+  [ -s "$f" ] && exit 0
+  '"$neuralgp"' fit --dataset uci/$ds --model dbk --seed $seed --device '"$device"' --json --quiet "$@" > "$f.tmp" 2> "$f.err" && mv "$f.tmp" "$f" && rm -f "$f.err"'

@@ -1,0 +1,1 @@
+neuralgp fit --dataset uci/pol --model dbk --seed 0 --rank 1
