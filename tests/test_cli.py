@@ -79,3 +79,4 @@ def test_demo_smoke(tmp_path, capsys):
 def test_speed_benchmark_runs():
     res = dbk_speed(dataset="uci/yacht", blocks=1, steps_per_block=2)
     assert res["dbk_ms"] > 0 and res["plain_ms"] > 0 and res["ratio"] == res["dbk_ms"] / res["plain_ms"]
+    assert res["ratio_float32_gram"] == res["dbk_float32_gram_ms"] / res["plain_ms"]

@@ -255,3 +255,12 @@ def test_poisson_svi_recovers_rates():
     rate, _ = PoissonLikelihood().predictive(*q.predict_f(phi))
     assert torch.mean(torch.abs(rate - true_rate) / true_rate).item() < 0.1
     assert math.isfinite(q.kl_divergence().item())
+
+
+def test_float32_gram_is_close_and_returned_in_float64():
+    phi, y = problem(n=5000, r=8)
+    exact = gram_stats(phi, y)
+    fast = gram_stats(phi.float(), y, dtype=torch.float32)
+    assert fast.A.dtype == torch.float64
+    torch.testing.assert_close(fast.A, gram_stats(phi.float().double(), y).A, rtol=1e-5, atol=1e-3)
+    assert exact.A.dtype == torch.float64

@@ -57,11 +57,12 @@ def correction_scale(phi: torch.Tensor, noise: torch.Tensor, max_prior_var: torc
     return 1.0 + (torch.clamp(max_prior_var - sq, min=0.0)) / noise.double()
 
 
-def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool) -> torch.Tensor:
+def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool,
+                    gram_dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
     phi = module(Xt)
     noise = module.noise()
-    objective = ExactPosterior(gram_stats(phi, yt), noise).log_marginal_likelihood()
+    objective = ExactPosterior(gram_stats(phi, yt, dtype=gram_dtype), noise).log_marginal_likelihood()
     if trace_regulariser:
         objective = objective - trace_penalty(phi, noise)
     return objective
@@ -75,7 +76,8 @@ class DBKRegressor(NeuralGPRegressor):
     """
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
-                 variance_correction=True, normalize_features="auto", variational_family="full", lr=1e-3,
+                 variance_correction=True, normalize_features="auto", variational_family="full",
+                 training_gram_dtype="float64", lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True, input_scaling="minmax",
                  seed=0, device="cpu", verbose=True):
@@ -88,6 +90,7 @@ class DBKRegressor(NeuralGPRegressor):
         self.variance_correction = variance_correction
         self.normalize_features = normalize_features
         self.variational_family = variational_family
+        self.training_gram_dtype = training_gram_dtype
         self.lr = lr
         self.weight_decay = weight_decay
         self.batch_size = batch_size
@@ -113,6 +116,11 @@ class DBKRegressor(NeuralGPRegressor):
     def _trace_regulariser(self) -> bool:
         """The trace term is trained only for free features: with constant-norm features it is zero."""
         return bool(self.variance_correction) and not self._uses_normalized_features()
+
+    def _gram_dtype(self) -> torch.dtype:
+        if self.training_gram_dtype not in ("float64", "float32"):
+            raise ValueError(f"training_gram_dtype must be 'float64' or 'float32', got {self.training_gram_dtype!r}")
+        return getattr(torch, self.training_gram_dtype)
 
     def build_module(self, in_dim: int) -> DBKModule:
         """A fresh (untrained) DBKModule for inputs of dimension ``in_dim``."""
@@ -152,11 +160,11 @@ class DBKRegressor(NeuralGPRegressor):
         return float(np.mean(0.5 * np.log(2 * np.pi * var_y) + 0.5 * (y_val - mean) ** 2 / var_y))
 
     def _fit_exact(self, Xt, yt, val):
-        m, n, opt = self.module_, len(yt), self._optimizer()
+        m, n, opt, gram_dtype = self.module_, len(yt), self._optimizer(), self._gram_dtype()
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = -exact_objective(m, Xt, yt, self._trace_regulariser()) / n
+            loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), gram_dtype) / n
             loss.backward()
             opt.step()
             return loss.item()
