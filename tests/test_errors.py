@@ -56,10 +56,14 @@ def test_bad_hyperparameters():
                             ({"noise_init": 1e-7}, "must exceed noise_min"),
                             ({"training_gram_dtype": "float16"}, "training_gram_dtype must be"),
                             ({"inference": "svi", "variational_family": "x"}, "unknown variational family")]:
+        model = DBKRegressor(**{**FAST, **params})
         with pytest.raises(ValueError, match=message):
-            DBKRegressor(**{**FAST, **params}).fit(X, Y)
+            model.fit(X, Y)
+        with pytest.raises(NotFittedError):
+            model.predict(X)
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_model_file_errors(tmp_path):
     with pytest.raises(ModelFileError, match="does not exist"):
         neuralgp.load(tmp_path / "missing.pt")

@@ -30,7 +30,7 @@ def _timed_steps(step, k: int) -> float:
     return (time.perf_counter() - t0) / k
 
 
-def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 7, steps_per_block: int = 20,
+def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_per_block: int = 20,
               root=None, **dbk_params) -> dict:
     ds = datasets.load(dataset, split="random", seed=seed, root=root)
     X = torch.as_tensor(Scaler("minmax").fit(ds.X_train).transform(ds.X_train), dtype=torch.float32)

@@ -30,17 +30,16 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
             X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val")
             if X_val.shape[1] != X.shape[1]:
                 raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
-        self.n_features_in_ = X.shape[1]
-        self.x_scaler_ = Scaler(self.input_scaling).fit(X)
-        self.y_scaler_ = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
-        Xs, ys = self.x_scaler_.transform(X), self._scale_y(y)
+        self.__dict__.pop("x_scaler_", None)  # a refit that fails must not leave the old fit half-replaced
+        x_scaler = Scaler(self.input_scaling).fit(X)
+        y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
+        scale_y = lambda v: y_scaler.transform(v[:, None])[:, 0]  # noqa: E731
         if X_val is not None:
-            X_val, y_val = self.x_scaler_.transform(X_val), self._scale_y(y_val)
-        self._fit_scaled(Xs, ys, X_val, y_val)
+            X_val, y_val = x_scaler.transform(X_val), scale_y(y_val)
+        self._fit_scaled(x_scaler.transform(X), scale_y(y), X_val, y_val)
+        # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
+        self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         return self
-
-    def _scale_y(self, y):
-        return self.y_scaler_.transform(y[:, None])[:, 0]
 
     @property
     def _y_scale(self) -> float:

@@ -79,8 +79,8 @@ class DBKRegressor(NeuralGPRegressor):
                  variance_correction=True, normalize_features="auto", variational_family="full",
                  training_gram_dtype="float64", lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True, input_scaling="minmax",
-                 seed=0, device="cpu", verbose=True):
+                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True,
+                 input_scaling="minmax", seed=0, device="cpu", verbose=True):
         self.rank = rank
         self.backbone = backbone
         self.hidden = hidden

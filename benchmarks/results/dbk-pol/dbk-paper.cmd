@@ -1,1 +1,0 @@
-neuralgp fit --dataset uci/pol --model dbk --seed 0 --paper-correction

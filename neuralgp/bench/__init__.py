@@ -1,0 +1,1 @@
+"""Benchmarks: commands that measure, never run by the test suite."""
