@@ -3,8 +3,10 @@
 from neuralgp import datasets, metrics
 from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
 from neuralgp.io import load
-from neuralgp.models import DBKRegressor
+from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, SGPRRegressor,
+                             SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
 
 __version__ = "0.1.0"
-__all__ = ["DBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
+__all__ = ["DBKRegressor", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
+           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
            "ModelFileError", "NotFittedError", "__version__"]

@@ -1,5 +1,8 @@
 """Estimators: thin scikit-learn style wrappers over feature maps and the posterior engine."""
 
 from neuralgp.models.dbk import DBKRegressor
+from neuralgp.models.peers import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, ResourceLimitError,
+                                   SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
 
-__all__ = ["DBKRegressor"]
+__all__ = ["DBKRegressor", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
+           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "ResourceLimitError"]

@@ -1,0 +1,319 @@
+"""The standard GPs users compare against, taken from GPyTorch and wrapped in neuralgp's estimator interface.
+
+GP (exact), sGP (SGPR, Titsias' collapsed bound), SVGP (Hensman, mini-batch), their deep-kernel versions DKL,
+sDKL and SVDKL (network → h = 2 features → RBF-ARD), and, for speed comparisons only, "DBK written in
+GPyTorch" (an exact GP with a LinearKernel on r network features: DBK without correction).
+Defaults follow the DBK paper's baselines (§4 of docs/specs): RBF-ARD with lengthscales initialised at √(input
+dimension), 128 learned inducing points, the same ResNet backbone as DBK, Adam lr 1e-3, weight decay 1e-4 on
+network weights, batch 256, noise initialised at 1e-2 above a floor of 1e-6, CG with at most 512 iterations
+and LOVE of rank 512 for exact models. Nothing here re-implements GPyTorch.
+
+Exact and SGPR posteriors depend on every training point, so their saved files include the (scaled)
+training inputs and targets; SVGP and SVDKL files do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import gpytorch
+import numpy as np
+import torch
+from gpytorch.constraints import GreaterThan
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.kernels import InducingPointKernel, LinearKernel, RBFKernel, ScaleKernel
+from gpytorch.means import ZeroMean
+from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
+from torch import nn
+
+from neuralgp.errors import NeuralGPError
+from neuralgp.features import build_backbone
+from neuralgp.io import register
+from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.train import adam, train
+
+
+class ResourceLimitError(NeuralGPError):
+    """A model that would not fit in the memory budget; the harness records it like the paper's '-'."""
+
+
+def _rbf(dim: int) -> ScaleKernel:
+    base = RBFKernel(ard_num_dims=dim)
+    base.lengthscale = torch.full((1, dim), math.sqrt(dim))
+    return ScaleKernel(base)
+
+
+class _ExactModel(gpytorch.models.ExactGP):
+    def __init__(self, X, y, likelihood, covar, feature=None):
+        super().__init__(X, y, likelihood)
+        self.feature = feature
+        self.mean_module = ZeroMean()
+        self.covar_module = covar
+
+    def forward(self, x):
+        z = self.feature(x) if self.feature is not None else x
+        return MultivariateNormal(self.mean_module(z), self.covar_module(z))
+
+
+class _SVGPLayer(gpytorch.models.ApproximateGP):
+    def __init__(self, inducing: torch.Tensor):
+        q = CholeskyVariationalDistribution(inducing.shape[0])
+        super().__init__(VariationalStrategy(self, inducing, q, learn_inducing_locations=True))
+        self.mean_module = ZeroMean()
+        self.covar_module = _rbf(inducing.shape[1])
+
+    def forward(self, z):
+        return MultivariateNormal(self.mean_module(z), self.covar_module(z))
+
+
+class _SVGPModel(nn.Module):
+    """Optional feature network followed by an SVGP layer (SVDKL when the network is there)."""
+
+    def __init__(self, inducing, feature=None):
+        super().__init__()
+        self.feature = feature
+        self.gp = _SVGPLayer(inducing)
+
+    def forward(self, x):
+        return self.gp(self.feature(x) if self.feature is not None else x)
+
+
+class _GPyTorchRegressor(NeuralGPRegressor):
+    """Shared machinery; subclasses set ``method`` ("exact", "sgpr", "svgp") and ``kernel`` ("rbf", "dkl",
+    "linear"). Parameters that a method does not use (``num_inducing`` for exact GPs, ``feature_dim`` without
+    a network) are ignored; ``feature_dim=None`` means the class default (h = 2, or r = 128 for the
+    GPyTorch DBK)."""
+
+    method = "exact"
+    kernel = "rbf"
+    default_feature_dim = 2
+
+    def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
+                 lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
+                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, cg_iterations=512, love_rank=512,
+                 max_memory_gb=8.0, normalize_y=True, input_scaling="minmax", seed=0, device="cpu", verbose=True):
+        self.num_inducing = num_inducing
+        self.feature_dim = feature_dim
+        self.backbone = backbone
+        self.hidden = hidden
+        self.depth = depth
+        self.activation = activation
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.max_epochs = max_epochs
+        self.eval_every = eval_every
+        self.patience = patience
+        self.max_time = max_time
+        self.noise_init = noise_init
+        self.noise_min = noise_min
+        self.cg_iterations = cg_iterations
+        self.love_rank = love_rank
+        self.max_memory_gb = max_memory_gb
+        self.normalize_y = normalize_y
+        self.input_scaling = input_scaling
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+
+    # -- construction ----------------------------------------------------------------------------
+    def estimated_memory_gb(self, n: int) -> float:
+        """Rough training peak: three float32 n×n matrices for exact GPs, three n×M for sparse ones."""
+        columns = n if self.method == "exact" else self.num_inducing
+        return 3 * 4 * n * columns / 1e9
+
+    def _feature(self, in_dim: int):
+        if self.kernel == "rbf":
+            return None, in_dim
+        out = self.feature_dim or self.default_feature_dim
+        return build_backbone(self.backbone, in_dim, out, self.hidden, self.depth, self.activation), out
+
+    def _build(self, Xt, yt):
+        feature, dim = self._feature(Xt.shape[1])
+        self.likelihood_ = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(self.noise_min))
+        self.likelihood_.noise = self.noise_init
+        if self.method == "svgp":
+            inducing = self._initial_inducing(Xt, feature)
+            self.model_ = _SVGPModel(inducing, feature)
+        else:
+            covar = LinearKernel() if self.kernel == "linear" else _rbf(dim)
+            if self.method == "sgpr":
+                covar = InducingPointKernel(covar, self._initial_inducing(Xt, feature), self.likelihood_)
+            self.model_ = _ExactModel(Xt, yt, self.likelihood_, covar, feature)
+        self.model_.to(self.device)
+        self.likelihood_.to(self.device)
+
+    def _initial_inducing(self, Xt, feature):
+        gen = torch.Generator().manual_seed(self.seed)
+        idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]
+        with torch.no_grad():
+            Z = Xt[idx] if feature is None else feature(Xt[idx])
+        return Z.clone()
+
+    def _modules(self) -> nn.ModuleList:
+        return nn.ModuleList([self.model_, self.likelihood_])
+
+    def _settings(self, predict: bool = False) -> contextlib.ExitStack:
+        """CG iterations and LOVE rank as in the paper; LOVE (fast_pred_var) for predictive variances."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(gpytorch.settings.max_cg_iterations(self.cg_iterations))
+        stack.enter_context(gpytorch.settings.max_root_decomposition_size(self.love_rank))
+        if predict:
+            stack.enter_context(gpytorch.settings.fast_pred_var())
+        return stack
+
+    # -- fitting -----------------------------------------------------------------------------------
+    def _fit_scaled(self, X, y, X_val, y_val):
+        need = self.estimated_memory_gb(len(y))
+        if need > self.max_memory_gb:
+            raise ResourceLimitError(f"{type(self).__name__} on n = {len(y)} needs about {need:.1f} GB "
+                                     f"> max_memory_gb = {self.max_memory_gb}; use a sparse or SVI model")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            Xt, yt = self._tensor(X, device=self.device), self._tensor(y, device=self.device)
+            self._build(Xt, yt)
+            modules = self._modules()
+            feature = getattr(self.model_, "feature", None)
+            opt = adam(modules, feature if feature is not None else nn.Module(), self.lr, self.weight_decay)
+            validate = None
+            if X_val is not None:
+                X_val_t = self._tensor(X_val, device=self.device)
+
+                def validate():
+                    mean, _, var_y = self._predict_torch(X_val_t)
+                    mean, var_y = mean.cpu().numpy(), var_y.cpu().numpy()
+                    modules.train()
+                    return float(np.mean(0.5 * np.log(2 * np.pi * var_y) + 0.5 * (y_val - mean) ** 2 / var_y))
+            with self._settings():
+                if self.method == "svgp":
+                    self.train_log_ = self._fit_svgp(Xt, yt, opt, modules, validate)
+                else:
+                    self.train_log_ = self._fit_exact(opt, modules, validate)
+        modules.eval()
+        self.n_iter_ = self.train_log_.steps
+        return self
+
+    def _fit_exact(self, opt, modules, validate):
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.likelihood_, self.model_)
+        modules.train()
+        Xt, yt = self.model_.train_inputs[0], self.model_.train_targets
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = -mll(self.model_(Xt), yt)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        return train(modules, step, self.max_iter, validate, eval_every=self.eval_every or 100,
+                     patience=self.patience or 2000, verbose=self.verbose, desc=type(self).__name__,
+                     max_seconds=self.max_time)
+
+    def _fit_svgp(self, Xt, yt, opt, modules, validate):
+        n = len(yt)
+        mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.model_.gp, num_data=n)
+        gen = torch.Generator().manual_seed(self.seed)
+        modules.train()
+
+        def epoch():
+            total = 0.0
+            for idx in torch.randperm(n, generator=gen).split(min(self.batch_size, n)):
+                opt.zero_grad(set_to_none=True)
+                loss = -mll(self.model_(Xt[idx]), yt[idx])
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(idx) / n
+            return total
+
+        return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
+                     patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",
+                     max_seconds=self.max_time)
+
+    # -- prediction --------------------------------------------------------------------------------
+    def _predict_torch(self, Xt):
+        modules = self._modules()
+        modules.eval()
+        with torch.no_grad(), self._settings(predict=True):
+            f = self.model_(Xt)
+            mean, var_f = f.mean.double(), f.variance.double().clamp_min(0)
+        return mean, var_f, var_f + self.likelihood_.noise.detach().double().squeeze()
+
+    def _predict_scaled(self, X):
+        return tuple(t.cpu().numpy() for t in self._predict_torch(self._tensor(X, device=self.device)))
+
+    @property
+    def noise_variance_(self) -> float:
+        self._check_fitted()
+        return float(self.likelihood_.noise.detach()) * self._y_scale ** 2
+
+    # -- persistence -------------------------------------------------------------------------------
+    def _fitted_state(self) -> dict:
+        state = {"model": {k: v.cpu() for k, v in self.model_.state_dict().items()},
+                 "likelihood": {k: v.cpu() for k, v in self.likelihood_.state_dict().items()},
+                 "n_iter": self.n_iter_}
+        if self.method != "svgp":  # exact and SGPR posteriors need the training data
+            state["train_X"] = self.model_.train_inputs[0].cpu()
+            state["train_y"] = self.model_.train_targets.cpu()
+        else:
+            state["inducing_shape"] = list(self.model_.gp.variational_strategy.inducing_points.shape)
+        return state
+
+    def _restore(self, state: dict):
+        if self.method == "svgp":
+            Xt = torch.zeros(state["inducing_shape"][0], self.n_features_in_, device=self.device)
+            self._build(Xt, torch.zeros(len(Xt), device=self.device))  # shapes only: the state overwrites it
+        else:
+            self._build(state["train_X"].to(self.device), state["train_y"].to(self.device))
+        self.model_.load_state_dict(state["model"])
+        self.likelihood_.load_state_dict(state["likelihood"])
+        self._modules().eval()
+        self.n_iter_ = state["n_iter"]
+
+
+@register
+class ExactGPRegressor(_GPyTorchRegressor):
+    """Exact GP, RBF-ARD kernel (the paper's "GP")."""
+
+
+@register
+class SGPRRegressor(_GPyTorchRegressor):
+    """Sparse GP with Titsias' collapsed bound and learned inducing points ("sGP")."""
+    method = "sgpr"
+
+
+@register
+class SVGPRegressor(_GPyTorchRegressor):
+    """Stochastic variational GP, mini-batch ELBO, learned inducing points ("SVGP")."""
+    method = "svgp"
+
+
+@register
+class DKLRegressor(_GPyTorchRegressor):
+    """Deep kernel learning: network → h features → RBF-ARD, exact GP ("DKL")."""
+    kernel = "dkl"
+
+
+@register
+class SparseDKLRegressor(_GPyTorchRegressor):
+    """DKL with an SGPR (collapsed) posterior, inducing points in feature space ("sDKL")."""
+    method = "sgpr"
+    kernel = "dkl"
+
+
+@register
+class SVDKLRegressor(_GPyTorchRegressor):
+    """DKL with an SVGP posterior trained on mini-batches ("SVDKL")."""
+    method = "svgp"
+    kernel = "dkl"
+
+
+@register
+class GPyTorchDBKRegressor(_GPyTorchRegressor):
+    """DBK without correction written in GPyTorch: ExactGP + LinearKernel on r = feature_dim network features.
+
+    For speed comparisons; use ``DBKRegressor`` for modelling.
+    """
+    kernel = "linear"
+    default_feature_dim = 128

@@ -1,0 +1,69 @@
+"""GPyTorch peers: same estimator contract, and the exact GP equals scikit-learn's with the same hyper-parameters."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+import neuralgp
+from neuralgp.models import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, ResourceLimitError,
+                             SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
+
+ALL = [ExactGPRegressor, SGPRRegressor, SVGPRegressor, DKLRegressor, SparseDKLRegressor, SVDKLRegressor,
+       GPyTorchDBKRegressor]
+FAST = dict(max_iter=30, max_epochs=4, lr=1e-2, num_inducing=16, hidden=16, verbose=False)
+
+
+def toy(n=150, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 3))
+    return X, np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.normal(size=n) + 1.0
+
+
+def test_exact_gp_matches_scikit_learn_with_the_fitted_hyperparameters():
+    X, y = toy()
+    model = ExactGPRegressor(max_iter=50, lr=0.05, verbose=False).fit(X, y)
+    Xs = model.x_scaler_.transform(X)
+    ys = (y - model.y_scaler_.shift_[0]) / model.y_scaler_.scale_[0]
+    kern = model.model_.covar_module
+    ls = kern.base_kernel.lengthscale.detach().numpy().ravel().astype(float)
+    noise = float(model.likelihood_.noise)
+    sk = GaussianProcessRegressor(ConstantKernel(float(kern.outputscale), "fixed") * RBF(ls, "fixed")
+                                  + WhiteKernel(noise, "fixed"), optimizer=None).fit(Xs, ys)
+    X_new = np.random.default_rng(3).uniform(-2, 2, (20, 3))
+    sk_mean, sk_std = sk.predict(model.x_scaler_.transform(X_new), return_std=True)  # includes the white noise
+    mean, std = model.predict(X_new, return_std=True)
+    scale = model.y_scaler_.scale_[0]
+    np.testing.assert_allclose(mean, sk_mean * scale + model.y_scaler_.shift_[0], atol=2e-3 * scale)
+    np.testing.assert_allclose(std, sk_std * scale, rtol=2e-2)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_fit_predict_save_load(cls, tmp_path):
+    X, y = toy()
+    model = cls(**FAST).fit(X, y, X[:30], y[:30])
+    mean, std = model.predict(X[:10], return_std=True)
+    assert np.all(np.isfinite(mean)) and np.all(std > 0) and model.noise_variance_ > 0
+    loaded = neuralgp.load(model.save(tmp_path / "m.pt"))
+    for a, b in zip((mean, std), loaded.predict(X[:10], return_std=True)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    stored = torch.load(tmp_path / "m.pt", weights_only=True)["fitted"]
+    assert ("train_X" in stored) == (model.method != "svgp")
+    assert clone(model).get_params() == model.get_params()
+
+
+def test_memory_guard_refuses_big_exact_gps():
+    X, y = toy(n=200)
+    model = ExactGPRegressor(max_memory_gb=1e-4, **FAST)
+    with pytest.raises(ResourceLimitError, match="needs about .* GB"):
+        model.fit(X, y)
+    assert not hasattr(model, "x_scaler_")
+    SGPRRegressor(max_memory_gb=1e-4, **FAST).fit(X, y)  # sparse models are not limited by n²
+
+
+def test_deep_kernel_feature_dimensions():
+    X, y = toy()
+    assert DKLRegressor(**FAST).fit(X, y).model_.covar_module.base_kernel.lengthscale.shape == (1, 2)
+    assert GPyTorchDBKRegressor(**FAST).fit(X, y).model_.feature.out.out_features == 128
