@@ -13,7 +13,7 @@ from pathlib import Path
 from neuralgp.errors import NeuralGPError
 
 MODELS = {"dbk": {"inference": "exact"}, "svdbk": {"inference": "svi"}}
-BENCH_SUITES = ("dbk-speed",)
+BENCH_SUITES = ("dbk-speed", "dbk-table1")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,8 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
     b.add_argument("suite", choices=BENCH_SUITES)
     b.add_argument("--data-root", default=None)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--out", default=None, help="folder for results.json")
+    b.add_argument("--seed", type=int, default=0, help="dbk-speed: seed of the split and the networks")
+    b.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2,3,4; --quick: 0)")
+    b.add_argument("--datasets", default=None, help="comma-separated, e.g. uci/pol,uci/protein")
+    b.add_argument("--models", default=None, help="comma-separated row names, e.g. DBK,SVGP")
+    b.add_argument("--quick", action="store_true", help="tiny subsamples and few iterations: a smoke run")
+    b.add_argument("--budget", type=float, default=1800.0, help="wall-clock seconds per run (default 1800)")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")
 
     ds = sub.add_parser("datasets", help="list the data sets available here with n and d")
@@ -145,6 +151,16 @@ def _cmd_predict(args):
 
 
 def _cmd_bench(args):
+    if args.suite != "dbk-speed":
+        from neuralgp.bench.harness import run_suite
+        split = lambda v: v.split(",") if v else None  # noqa: E731
+        out = run_suite(args.suite, args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),
+                        seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
+                        dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
+                        budget_s=args.budget, device=args.device, root=args.data_root)
+        print((out / "table.md").read_text())
+        print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
+        return
     from neuralgp.bench.speed import dbk_speed, format_speed
     result = dbk_speed(seed=args.seed, root=args.data_root)
     result["command"] = "neuralgp " + " ".join(sys.argv[1:])

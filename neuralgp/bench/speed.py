@@ -20,6 +20,7 @@ from torch import nn
 from neuralgp import datasets
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.dbk import DBKRegressor, exact_objective
+from neuralgp.models.peers import ExactGPRegressor, GPyTorchDBKRegressor
 from neuralgp.train import adam
 
 
@@ -30,8 +31,28 @@ def _timed_steps(step, k: int) -> float:
     return (time.perf_counter() - t0) / k
 
 
+def _gpytorch_step(cls, X, y, seed):
+    """One full-batch ExactMarginalLogLikelihood step of a GPyTorch peer, built as its estimator builds it."""
+    import gpytorch
+    est = cls(seed=seed, verbose=False)
+    torch.manual_seed(seed)
+    est._build(X, y)
+    modules = est._modules()
+    modules.train()
+    feature = getattr(est.model_, "feature", None)
+    opt = adam(modules, feature if feature is not None else nn.Module(), est.lr, est.weight_decay)
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(est.likelihood_, est.model_)
+
+    def step():
+        with est._settings():
+            opt.zero_grad(set_to_none=True)
+            (-mll(est.model_(X), y)).backward()
+            opt.step()
+    return step
+
+
 def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_per_block: int = 20,
-              root=None, **dbk_params) -> dict:
+              gp_steps: int = 3, root=None, **dbk_params) -> dict:
     ds = datasets.load(dataset, split="random", seed=seed, root=root)
     X = torch.as_tensor(Scaler("minmax").fit(ds.X_train).transform(ds.X_train), dtype=torch.float32)
     y_np = Scaler("standard").fit(ds.y_train[:, None]).transform(ds.y_train[:, None])[:, 0]
@@ -55,7 +76,8 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_p
         plain_opt.step()
 
     steps = {"plain": plain_step, "dbk": lambda: dbk_step(torch.float64),
-             "dbk_float32_gram": lambda: dbk_step(torch.float32)}
+             "dbk_float32_gram": lambda: dbk_step(torch.float32),
+             "gpytorch_dbk": _gpytorch_step(GPyTorchDBKRegressor, X, y32, seed)}
     for step in steps.values():  # warm-up
         _timed_steps(step, 3)
     times = {name: [] for name in steps}
@@ -63,9 +85,16 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_p
         for name, step in steps.items():
             times[name].append(_timed_steps(step, steps_per_block))
     ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    exact_gp = _gpytorch_step(ExactGPRegressor, X, y32, seed)  # seconds per step: timed alone, few steps
+    exact_gp()
+    ms["exact_gp"] = 1e3 * _timed_steps(exact_gp, gp_steps)
     return {"dataset": dataset, "n_train": n, "rank": est.rank, "backbone": est.backbone,
             "plain_ms": ms["plain"], "dbk_ms": ms["dbk"], "dbk_float32_gram_ms": ms["dbk_float32_gram"],
+            "gpytorch_dbk_ms": ms["gpytorch_dbk"], "exact_gp_ms": ms["exact_gp"],
             "ratio": ms["dbk"] / ms["plain"], "ratio_float32_gram": ms["dbk_float32_gram"] / ms["plain"],
+            "speedup_vs_gpytorch_dbk": ms["gpytorch_dbk"] / ms["dbk"],
+            "speedup_vs_gpytorch_dbk_float32_gram": ms["gpytorch_dbk"] / ms["dbk_float32_gram"], "speedup_vs_exact_gp": ms["exact_gp"] / ms["dbk"],
+            "gp_steps": gp_steps,
             "blocks_ms": {name: [1e3 * x for x in t] for name, t in times.items()},
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
             "cpu_count": os.cpu_count(), "torch": torch.__version__, "numpy": np.__version__, "seed": seed,
@@ -79,4 +108,9 @@ def format_speed(res: dict) -> str:
             f"  DBK exact step (float64 Gram):     {res['dbk_ms']:.1f} ms   ratio {res['ratio']:.3f}\n"
             f"  DBK exact step (float32 Gram):     {res['dbk_float32_gram_ms']:.1f} ms   ratio "
             f"{res['ratio_float32_gram']:.3f}\n"
+            f"  same model in GPyTorch (LinearKernel): {res['gpytorch_dbk_ms']:.1f} ms   DBK is "
+            f"{res['speedup_vs_gpytorch_dbk']:.2f}x faster ({res['speedup_vs_gpytorch_dbk_float32_gram']:.2f}x "
+            f"with the float32 Gram)\n"
+            f"  GPyTorch exact RBF-ARD GP (CG 512):  {res['exact_gp_ms']:.0f} ms   DBK is "
+            f"{res['speedup_vs_exact_gp']:.0f}x faster  (mean of {res['gp_steps']} steps)\n"
             f"  (median of {res['blocks']} interleaved blocks of {res['steps_per_block']} steps; default is float64)")
