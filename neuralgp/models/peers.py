@@ -25,6 +25,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import InducingPointKernel, LinearKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
 from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
+from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
 
 from neuralgp.errors import NeuralGPError
@@ -32,6 +33,9 @@ from neuralgp.features import build_backbone
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.train import adam, train
+
+
+NUMERICAL_ERRORS = (NanError, NotPSDError)
 
 
 class ResourceLimitError(NeuralGPError):
@@ -128,7 +132,8 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         if self.kernel == "rbf":
             return None, in_dim
         out = self.feature_dim or self.default_feature_dim
-        return build_backbone(self.backbone, in_dim, out, self.hidden, self.depth, self.activation), out
+        net = build_backbone(self.backbone, in_dim, out, self.hidden, self.depth, self.activation)
+        return net.to(self.device), out
 
     def _build(self, Xt, yt):
         feature, dim = self._feature(Xt.shape[1])
@@ -202,7 +207,10 @@ class _GPyTorchRegressor(NeuralGPRegressor):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = -mll(self.model_(Xt), yt)
+            try:
+                loss = -mll(self.model_(Xt), yt)
+            except NUMERICAL_ERRORS:  # float32 Cholesky/CG break-down: stop and restore the last checked state
+                return math.nan
             loss.backward()
             opt.step()
             return loss.item()
@@ -221,7 +229,10 @@ class _GPyTorchRegressor(NeuralGPRegressor):
             total = 0.0
             for idx in torch.randperm(n, generator=gen).split(min(self.batch_size, n)):
                 opt.zero_grad(set_to_none=True)
-                loss = -mll(self.model_(Xt[idx]), yt[idx])
+                try:
+                    loss = -mll(self.model_(Xt[idx]), yt[idx])
+                except NUMERICAL_ERRORS:
+                    return math.nan
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(idx) / n

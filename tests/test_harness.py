@@ -1,0 +1,33 @@
+"""The benchmark harness: records, resume, table with the paper's numbers, plot."""
+
+import json
+
+from neuralgp.bench.harness import DBK_TABLE1_MODELS, read_records, run_suite
+from neuralgp.cli import main
+
+
+def test_quick_suite_records_resumes_and_tabulates(tmp_path):
+    out = run_suite("dbk-table1", tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
+                    quick=True, verbose=False)
+    records = read_records(out / "results.jsonl")
+    assert [r["model"] for r in records] == ["DBK", "SVGP", "sGP"]
+    for r in records:
+        assert r["status"] in ("ok", "time-capped") and r["quick"] and r["n_train"] == 300
+        for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine"):
+            assert key in r
+    run_suite("dbk-table1", tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
+              quick=True, verbose=False)
+    assert len(read_records(out / "results.jsonl")) == 3  # nothing ran twice
+    table = (out / "table.md").read_text()
+    assert "| DBK | 1/1 |" in table and "0.0583 (0.0018)" in table  # the paper's DBK RMSE on pol beside ours
+    assert (out / "metrics.png").stat().st_size > 5000
+
+
+def test_cli_quick_has_all_fourteen_paper_rows(tmp_path, capsys):
+    paper_rows = [m for m in DBK_TABLE1_MODELS if m != "DBK (paper corr.)"]
+    assert len(paper_rows) == 14
+    assert main(["bench", "dbk-table1", "--quick", "--datasets", "uci/pol", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    for row in paper_rows:
+        assert f"| {row} " in table
+    assert json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])["suite"] == "dbk-table1"
