@@ -19,6 +19,7 @@ from torch.nn.functional import softplus
 
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
+from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, gram_stats,
                                 make_weight_posterior)
@@ -156,8 +157,7 @@ class DBKRegressor(NeuralGPRegressor):
         X_val, y_val = val
         with torch.no_grad():
             mean, _, var_y = predict_scaled(X_val)
-        mean, var_y = mean.cpu().numpy(), var_y.cpu().numpy()
-        return float(np.mean(0.5 * np.log(2 * np.pi * var_y) + 0.5 * (y_val - mean) ** 2 / var_y))
+        return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
 
     def _fit_exact(self, Xt, yt, val):
         m, n, opt, gram_dtype = self.module_, len(yt), self._optimizer(), self._gram_dtype()

@@ -31,6 +31,7 @@ from torch import nn
 from neuralgp.errors import NeuralGPError
 from neuralgp.features import build_backbone
 from neuralgp.io import register
+from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.train import adam, train
 
@@ -188,9 +189,8 @@ class _GPyTorchRegressor(NeuralGPRegressor):
 
                 def validate():
                     mean, _, var_y = self._predict_torch(X_val_t)
-                    mean, var_y = mean.cpu().numpy(), var_y.cpu().numpy()
                     modules.train()
-                    return float(np.mean(0.5 * np.log(2 * np.pi * var_y) + 0.5 * (y_val - mean) ** 2 / var_y))
+                    return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
             with self._settings():
                 if self.method == "svgp":
                     self.train_log_ = self._fit_svgp(Xt, yt, opt, modules, validate)
