@@ -13,7 +13,7 @@ from pathlib import Path
 from neuralgp.errors import NeuralGPError
 
 MODELS = {"dbk": {"inference": "exact"}, "svdbk": {"inference": "svi"}}
-BENCH_SUITES = ("dbk-speed", "dbk-table1")
+BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling")
 
 
 def _parser() -> argparse.ArgumentParser:

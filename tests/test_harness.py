@@ -31,3 +31,11 @@ def test_cli_quick_has_all_fourteen_paper_rows(tmp_path, capsys):
     for row in paper_rows:
         assert f"| {row} " in table
     assert json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])["suite"] == "dbk-table1"
+
+
+def test_scaling_quick_suite(tmp_path):
+    out = run_suite("dbk-scaling", tmp_path, model_names=["DBK", "GP"], quick=True, verbose=False)
+    table = (out / "table.md").read_text()
+    assert "| 1e+02 | DBK |" in table and "| 1e+03 | GP |" in table
+    assert all(r["peak_memory_mb"] > 0 for r in read_records(out / "results.jsonl"))
+    assert (out / "metrics.png").stat().st_size > 5000

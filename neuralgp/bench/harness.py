@@ -53,14 +53,37 @@ DBK_TABLE1_MODELS = {
 class Suite:
     name: str
     models: dict
-    datasets: list
+    datasets: list  # names for datasets.load; "synthetic/step1d@N" sets the training size N
     seeds: list = field(default_factory=lambda: [0, 1, 2, 3, 4])
     paper: object = None  # dataset -> {row: [MAE, RMSE, NLL, time]}
+    model_params: dict = field(default_factory=dict)  # given to every model of the suite
+    runs: object = None  # (model, dataset) -> bool: which pairs belong to the suite (default all)
+    quick_datasets: list = None
 
 
-SUITES = {"dbk-table1": Suite("dbk-table1", DBK_TABLE1_MODELS,
-                              ["uci/pol", "uci/protein", "uci/kin40k", "uci/keggdirected"], paper=dbk_table1)}
+SCALING_N = [10 ** k for k in range(2, 8)]
+
+
+def _scaling_runs(model: str, dataset: str) -> bool:
+    """GP and DKL up to n = 10⁵ (where the paper's stop), DBK up to 10⁷."""
+    return model == "DBK" or int(dataset.split("@")[1]) <= 10 ** 5
+
+
+SUITES = {
+    "dbk-table1": Suite("dbk-table1", DBK_TABLE1_MODELS, ["uci/pol", "uci/protein", "uci/kin40k", "uci/keggdirected"],
+                        paper=dbk_table1, quick_datasets=["uci/pol", "uci/protein"]),
+    "dbk-scaling": Suite("dbk-scaling", {"GP": _peer(ExactGPRegressor), "DKL": _peer(DKLRegressor), "DBK": _dbk()},
+                         [f"synthetic/step1d@{n}" for n in SCALING_N], model_params={"backbone": "mlp"},
+                         runs=_scaling_runs, quick_datasets=["synthetic/step1d@100", "synthetic/step1d@1000"]),
+}
 QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_epochs": 2, "eval_every": 5})
+
+
+def _load(name: str, seed: int, root):
+    base, _, n = name.partition("@")
+    if n:
+        return datasets.load(base, seed=seed, n=int(n))
+    return datasets.load(name, split="random", seed=seed, root=root)
 
 
 def _subsample(ds, quick: bool):
@@ -112,7 +135,7 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
               budget_s: float = 1800.0, device: str = "cpu", root=None, verbose: bool = True) -> Path:
     suite = SUITES[name]
     seeds = ([0] if quick else suite.seeds) if seeds is None else seeds
-    dataset_names = dataset_names or (suite.datasets[:2] if quick else suite.datasets)
+    dataset_names = dataset_names or (suite.quick_datasets if quick else suite.datasets)
     model_names = model_names or list(suite.models)
     unknown = [m for m in model_names if m not in suite.models]
     if unknown:
@@ -123,12 +146,13 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
     done = {(r["model"], r["dataset"], r["seed"], r["quick"]) for r in read_records(results)}
     env = environment()
     jobs = [(d, s, m) for d in dataset_names for s in seeds for m in model_names
-            if (m, d, s, quick) not in done]
-    common = {"verbose": False, "max_time": budget_s, "device": device, **(QUICK["common"] if quick else {})}
+            if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
+    common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
+              **(QUICK["common"] if quick else {})}
     loaded = {}
     for dataset, seed, model_name in tqdm(jobs, desc=name, unit="run", disable=not verbose):
         if (dataset, seed) not in loaded:
-            loaded = {(dataset, seed): _subsample(datasets.load(dataset, split="random", seed=seed, root=root), quick)}
+            loaded = {(dataset, seed): _subsample(_load(dataset, seed, root), quick)}
         ds = loaded[(dataset, seed)]
         record = {"suite": name, "model": model_name, "dataset": dataset, "split": "random", "seed": seed,
                   "quick": quick, "budget_s": budget_s, **env}
@@ -146,8 +170,9 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
         with open(results, "a") as fh:
             fh.write(json.dumps(record) + "\n")
     records = [r for r in read_records(results) if r["quick"] == quick]
-    (out / "table.md").write_text(table(suite, records) + "\n")
-    plot(suite, records, out / "metrics.png")
+    scaling = suite.name == "dbk-scaling"
+    (out / "table.md").write_text((scaling_table if scaling else table)(suite, records) + "\n")
+    (scaling_plot if scaling else plot)(suite, records, out / "metrics.png")
     return out
 
 
@@ -217,6 +242,59 @@ def plot(suite: Suite, records: list[dict], path: Path):
                     ax.plot([x - 0.4, x + 0.4], [float(p[col].split()[0])] * 2, "k-", lw=2)
             ax.set_xticks(range(len(models)), models, rotation=70, fontsize=7)
             ax.set_title(f"{dataset}: {key.upper()} (black: paper)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _n(dataset: str) -> int:
+    return int(dataset.split("@")[1])
+
+
+def scaling_table(suite: Suite, records: list[dict]) -> str:
+    """Figure 3 as a table: per n and model, seconds per iteration, peak memory, RMSE and NLL."""
+    lines = [f"# {suite.name}: cost and accuracy against the training size n (1-D step function)", "",
+             "Mean over seeds. s/it = training seconds per full-batch iteration (validation included); "
+             "† = stopped by the time budget, so RMSE/NLL are those of a partly trained model.", "",
+             "| n | model | seeds | s/it | iterations | train s | peak MB | RMSE | NLL | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(_n(r["dataset"]), r["model"]) for r in records})
+    for n, model in keys:
+        rs = [r for r in records if _n(r["dataset"]) == n and r["model"] == model]
+        ok = [r for r in rs if "rmse" in r]
+        statuses = sorted({r["status"] for r in rs})
+        peak = max((r["peak_memory_mb"] or 0) for r in rs)
+        if ok:
+            its = statistics.mean(r["iterations"] for r in ok)
+            secs = statistics.mean(r["train_seconds"] for r in ok)
+            cells = [f"{secs / max(its, 1):.4g}", f"{its:.0f}", f"{secs:.0f}", f"{peak:.0f}",
+                     _fmt([r["rmse"] for r in ok]), _fmt([r["nll"] for r in ok])]
+        else:
+            cells = ["–", "–", "–", f"{peak:.0f}" if peak else "–", "–", "–"]
+        mark = " †" if "time-capped" in statuses else ""
+        lines.append(f"| {n:.0e} | {model}{mark} | {len(ok)}/{len(rs)} | " + " | ".join(cells)
+                     + f" | {', '.join(statuses)} |")
+    return "\n".join(lines)
+
+
+def scaling_plot(suite: Suite, records: list[dict], path: Path):
+    """Log-log seconds per iteration and peak memory against n (the paper's Figure 3, with memory)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
+    for model in suite.models:
+        pts = sorted((_n(r["dataset"]), r["train_seconds"] / max(r["iterations"], 1), r["peak_memory_mb"] or np.nan)
+                     for r in records if r["model"] == model and "rmse" in r)
+        if pts:
+            n, t, m = zip(*pts)
+            ax_t.loglog(n, t, "o-", label=model)
+            ax_m.loglog(n, m, "o-", label=model)
+    ax_t.set(xlabel="training points n", ylabel="seconds per iteration", title="time per full-batch iteration")
+    ax_m.set(xlabel="training points n", ylabel="peak resident memory (MB)", title="peak memory")
+    for ax in (ax_t, ax_m):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -12,6 +12,8 @@ made this the default. ``normalize_features=False`` is the paper's procedure, ve
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -21,8 +23,8 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, gram_stats,
-                                make_weight_posterior)
+from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
+                                gram_stats, make_weight_posterior)
 from neuralgp.posterior.variational import inverse_softplus
 from neuralgp.train import adam, train
 
@@ -69,6 +71,49 @@ def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool,
     return objective
 
 
+def chunked_exact_backward(module: DBKModule, Xt, yt, trace_regulariser: bool, chunk_size: int,
+                           gram_dtype: torch.dtype = torch.float64) -> float:
+    """Gradient of −objective/n (as ``exact_objective``) accumulated into ``module`` in O(chunk·r) memory.
+
+    The objective depends on Φ only through A = ΦᵀΦ, b = Φᵀy (and, with the trace term, S = Σ‖φ_i‖² and
+    M = max‖φ_i‖²). Pass 1 sums these over chunks without a graph; autograd on the small r×r objective gives
+    ∂L/∂A, ∂L/∂b, ∂L/∂S, ∂L/∂M; pass 2 recomputes each chunk with a graph and back-propagates the linear
+    surrogate ⟨∂L/∂A, A_chunk⟩ + ⟨∂L/∂b, b_chunk⟩ + …, whose gradient sums to the full one. Returns the loss.
+    """
+    n = len(yt)
+    chunks = [(Xt[i:i + chunk_size], yt[i:i + chunk_size]) for i in range(0, n, chunk_size)]
+    with torch.no_grad():
+        stats, total_sq, max_sq = None, 0.0, -math.inf
+        for X_c, y_c in chunks:
+            phi = module(X_c)
+            part = gram_stats(phi, y_c, dtype=gram_dtype)
+            stats = part if stats is None else stats + part
+            if trace_regulariser:
+                sq = (phi * phi).sum(-1).double()
+                total_sq, max_sq = total_sq + sq.sum(), max(max_sq, float(sq.max()))
+    A, b = stats.A.clone().requires_grad_(True), stats.b.clone().requires_grad_(True)
+    noise = module.noise()
+    objective = ExactPosterior(GramStats(A, b, stats.c, n, stats.logdet_d), noise).log_marginal_likelihood()
+    if trace_regulariser:
+        S = torch.as_tensor(total_sq, dtype=torch.float64).requires_grad_(True)
+        M = torch.tensor(max_sq, dtype=torch.float64, requires_grad=True)
+        objective = objective - (n * M - S) / (2 * noise.double())
+    loss = -objective / n
+    loss.backward()  # into σ² directly, and into A, b (and S, M) for the second pass
+    max_claimed = False
+    for X_c, y_c in chunks:
+        phi = module(X_c)
+        part = gram_stats(phi, y_c, dtype=gram_dtype)
+        surrogate = (part.A * A.grad).sum() + (part.b * b.grad).sum()
+        if trace_regulariser:
+            sq = (phi * phi).sum(-1).double()
+            surrogate = surrogate + S.grad * sq.sum()
+            if not max_claimed and float(sq.max()) == max_sq:  # the max's subgradient goes to one point
+                surrogate, max_claimed = surrogate + M.grad * sq.max(), True
+        surrogate.backward()
+    return loss.item()
+
+
 @register
 class DBKRegressor(NeuralGPRegressor):
     """Deep basis kernel GP regressor with exact (``inference="exact"``) or SVI (``"svi"``, SVDBK) inference.
@@ -78,7 +123,7 @@ class DBKRegressor(NeuralGPRegressor):
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
-                 training_gram_dtype="float64", lr=1e-3,
+                 training_gram_dtype="float64", chunk_size=262144, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True,
                  input_scaling="minmax", seed=0, device="cpu", verbose=True):
@@ -92,6 +137,7 @@ class DBKRegressor(NeuralGPRegressor):
         self.normalize_features = normalize_features
         self.variational_family = variational_family
         self.training_gram_dtype = training_gram_dtype
+        self.chunk_size = chunk_size
         self.lr = lr
         self.weight_decay = weight_decay
         self.batch_size = batch_size
@@ -162,12 +208,18 @@ class DBKRegressor(NeuralGPRegressor):
     def _fit_exact(self, Xt, yt, val):
         m, n, opt, gram_dtype = self.module_, len(yt), self._optimizer(), self._gram_dtype()
 
+        chunked = self.chunk_size is not None and n > self.chunk_size
+
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), gram_dtype) / n
-            loss.backward()
+            if chunked:  # same gradient, O(chunk·r) memory, one extra forward pass
+                loss = chunked_exact_backward(m, Xt, yt, self._trace_regulariser(), self.chunk_size, gram_dtype)
+            else:
+                loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), gram_dtype) / n
+                loss.backward()
+                loss = loss.item()
             opt.step()
-            return loss.item()
+            return loss
 
         validate = None
         if val is not None:
