@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
     f.add_argument("--data-root", default=None, help="data folder (default $NEURALGP_DATA or ../shared/data)")
     f.add_argument("--max-time", type=float, default=None,
-                   help="wall-clock budget in seconds; training stops at the next validation check after it")
+                   help="wall-clock budget in seconds; training validates once more and stops")
     f.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     f.add_argument("--out", default=None, help="folder to save model.pt and metrics.json")
     f.add_argument("--json", action="store_true", help="print metrics as JSON")

@@ -160,3 +160,17 @@ def test_chunked_training_is_used_above_chunk_size():
     a = DBKRegressor(**{**SMALL, "max_iter": 20}, chunk_size=64).fit(X, y).predict(X)
     b = DBKRegressor(**{**SMALL, "max_iter": 20}, chunk_size=None).fit(X, y).predict(X)
     np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # float32 networks: same path up to rounding
+
+
+def test_time_budget_stops_promptly_and_validates_once_more():
+    import time as _time
+    module = torch.nn.Linear(1, 1)
+    calls = []
+
+    def validate():
+        calls.append(1)
+        return 1.0
+
+    log = train(module, lambda: _time.sleep(0.02) or 0.0, n_steps=10000, validate=validate, eval_every=1000,
+                max_seconds=0.1, verbose=False)
+    assert log.out_of_time and log.steps < 50 and len(calls) == 1 and log.best_step == log.steps

@@ -37,7 +37,7 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     Every ``eval_every`` steps ``validate()`` returns a validation NLL; training stops when it has
     not improved for ``patience`` steps, and the best state is restored. Without ``validate`` the
     final state is kept. A non-finite loss stops training and restores the last checked state.
-    After ``max_seconds`` of wall-clock time training stops at the next check (``out_of_time``).
+    After ``max_seconds`` of wall-clock time training checks once more and stops (``out_of_time``).
     """
     log = TrainLog()
     best = _snapshot(module)
@@ -54,7 +54,9 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                                              "check the data scale or lower the learning rate")
                 log.stopped_early = True
                 break
-            if validate is not None and (i % eval_every == 0 or i == n_steps):
+            out_of_time = max_seconds is not None and time.perf_counter() - start > max_seconds
+            check = i % eval_every == 0 or i == n_steps or out_of_time
+            if validate is not None and check:
                 val = float(validate())
                 log.history.append((i, loss, val))
                 if math.isfinite(val) and not val >= log.best_val_nll:  # also true while best is nan
@@ -63,14 +65,13 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 if i - log.best_step >= patience:
                     log.stopped_early = True
                     break
-            if max_seconds is not None and log.history and log.history[-1][0] == i \
-                    and time.perf_counter() - start > max_seconds:
-                log.out_of_time = True
-                break
-            elif validate is None and (i % eval_every == 0 or i == n_steps):
+            elif validate is None and check:
                 best, log.best_step = _snapshot(module), i
                 log.history.append((i, loss, math.nan))
                 bar.set_postfix(loss=f"{loss:.4g}")
+            if out_of_time:
+                log.out_of_time = True
+                break
     finally:
         bar.close()
     module.load_state_dict(best)
