@@ -26,7 +26,7 @@ from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
                                 gram_stats, make_weight_posterior)
 from neuralgp.posterior.variational import inverse_softplus
-from neuralgp.train import adam, train
+from neuralgp.train import adam, minibatch_epoch, train
 
 
 class DBKModule(nn.Module):
@@ -233,25 +233,18 @@ class DBKRegressor(NeuralGPRegressor):
 
     def _fit_svi(self, Xt, yt, val):
         m, n, opt = self.module_, len(yt), self._optimizer()
-        b = min(int(self.batch_size), n)
         gen = torch.Generator().manual_seed(self.seed)
 
-        def epoch():
-            total = 0.0
-            for idx in torch.randperm(n, generator=gen).split(b):
-                if len(idx) < 2 and n >= 2:  # a batch of one has no trace term; fold it into the next epoch
-                    continue
-                opt.zero_grad(set_to_none=True)
-                phi = m(Xt[idx])
-                noise = m.noise()
-                objective = elbo(phi, yt[idx], m.q, GaussianLikelihood(noise), n_total=n)
-                if self._trace_regulariser():
-                    objective = objective - (n / len(idx)) * trace_penalty(phi, noise)
-                loss = -objective / n
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(idx) / n
-            return total
+        def batch_loss(idx):
+            phi = m(Xt[idx])
+            noise = m.noise()
+            objective = elbo(phi, yt[idx], m.q, GaussianLikelihood(noise), n_total=n)
+            if self._trace_regulariser():
+                objective = objective - (n / len(idx)) * trace_penalty(phi, noise)
+            return -objective / n
+
+        def epoch():  # a batch of one has no trace term: skip it (it joins the next permutation)
+            return minibatch_epoch(batch_loss, n, int(self.batch_size), gen, opt, min_batch=min(2, n))
 
         validate = None
         if val is not None:

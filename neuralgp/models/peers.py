@@ -33,7 +33,7 @@ from neuralgp.features import build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.train import adam, train
+from neuralgp.train import adam, minibatch_epoch, train
 
 
 NUMERICAL_ERRORS = (NanError, NotPSDError)
@@ -225,18 +225,14 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         gen = torch.Generator().manual_seed(self.seed)
         modules.train()
 
+        def batch_loss(idx):
+            try:
+                return -mll(self.model_(Xt[idx]), yt[idx])
+            except NUMERICAL_ERRORS:
+                return torch.tensor(math.nan)
+
         def epoch():
-            total = 0.0
-            for idx in torch.randperm(n, generator=gen).split(min(self.batch_size, n)):
-                opt.zero_grad(set_to_none=True)
-                try:
-                    loss = -mll(self.model_(Xt[idx]), yt[idx])
-                except NUMERICAL_ERRORS:
-                    return math.nan
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(idx) / n
-            return total
+            return minibatch_epoch(batch_loss, n, self.batch_size, gen, opt)
 
         return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",

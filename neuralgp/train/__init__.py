@@ -1,6 +1,6 @@
 """Training loops and optimisers shared by all estimators."""
 
-from neuralgp.train.loop import TrainLog, train
+from neuralgp.train.loop import TrainLog, minibatch_epoch, train
 from neuralgp.train.optim import adam
 
-__all__ = ["TrainLog", "train", "adam"]
+__all__ = ["TrainLog", "train", "minibatch_epoch", "adam"]

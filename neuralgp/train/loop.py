@@ -25,6 +25,27 @@ class TrainLog:
                 "seconds": self.seconds, "stopped_early": self.stopped_early, "out_of_time": self.out_of_time}
 
 
+def minibatch_epoch(batch_loss, n: int, batch_size: int, generator: torch.Generator, optimizer,
+                    min_batch: int = 1) -> float:
+    """One optimiser step per batch of a random permutation of range(n); returns the mean loss.
+
+    ``batch_loss(idx)`` returns the loss tensor of a batch (NaN when it breaks down, which ends the epoch
+    with NaN); batches smaller than ``min_batch`` are skipped (they join the next permutation).
+    """
+    total = 0.0
+    for idx in torch.randperm(n, generator=generator).split(min(batch_size, n)):
+        if len(idx) < min_batch:
+            continue
+        optimizer.zero_grad(set_to_none=True)
+        loss = batch_loss(idx)
+        if not torch.isfinite(loss):
+            return math.nan
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(idx) / n
+    return total
+
+
 def _snapshot(module: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
