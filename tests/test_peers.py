@@ -67,3 +67,10 @@ def test_deep_kernel_feature_dimensions():
     X, y = toy()
     assert DKLRegressor(**FAST).fit(X, y).model_.covar_module.base_kernel.lengthscale.shape == (1, 2)
     assert GPyTorchDBKRegressor(**FAST).fit(X, y).model_.feature.out.out_features == 128
+
+
+def test_float64_option():
+    X, y = toy()
+    model = ExactGPRegressor(dtype="float64", **FAST).fit(X, y)
+    assert model.model_.covar_module.outputscale.dtype == torch.float64
+    assert np.all(np.isfinite(model.predict(X[:5])))

@@ -9,7 +9,8 @@ network weights, batch 256, noise initialised at 1e-2 above a floor of 1e-6, CG 
 and LOVE of rank 512 for exact models. Nothing here re-implements GPyTorch.
 
 Exact and SGPR posteriors depend on every training point, so their saved files include the (scaled)
-training inputs and targets; SVGP and SVDKL files do not.
+training inputs and targets; SVGP and SVDKL files do not. ``dtype="float64"`` is GPyTorch's own advice
+for the float32 Cholesky/CG break-downs its users report (slower, twice the memory).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
                  lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, cg_iterations=512, love_rank=512,
-                 max_memory_gb=8.0, normalize_y=True, input_scaling="minmax", seed=0, device="cpu", verbose=True):
+                 max_memory_gb=8.0, dtype="float32", normalize_y=True, input_scaling="minmax", seed=0, device="cpu", verbose=True):
         self.num_inducing = num_inducing
         self.feature_dim = feature_dim
         self.backbone = backbone
@@ -117,6 +118,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         self.cg_iterations = cg_iterations
         self.love_rank = love_rank
         self.max_memory_gb = max_memory_gb
+        self.dtype = dtype
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
@@ -124,17 +126,25 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         self.verbose = verbose
 
     # -- construction ----------------------------------------------------------------------------
+    def _torch_dtype(self) -> torch.dtype:
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        return getattr(torch, self.dtype)
+
+    def _as_tensor(self, a) -> torch.Tensor:
+        return self._tensor(a, dtype=self._torch_dtype(), device=self.device)
+
     def estimated_memory_gb(self, n: int) -> float:
         """Rough training peak: three float32 n×n matrices for exact GPs, three n×M for sparse ones."""
         columns = n if self.method == "exact" else self.num_inducing
-        return 3 * 4 * n * columns / 1e9
+        return 3 * (8 if self.dtype == "float64" else 4) * n * columns / 1e9
 
     def _feature(self, in_dim: int):
         if self.kernel == "rbf":
             return None, in_dim
         out = self.feature_dim or self.default_feature_dim
         net = build_backbone(self.backbone, in_dim, out, self.hidden, self.depth, self.activation)
-        return net.to(self.device), out
+        return net.to(device=self.device, dtype=self._torch_dtype()), out
 
     def _build(self, Xt, yt):
         feature, dim = self._feature(Xt.shape[1])
@@ -148,8 +158,8 @@ class _GPyTorchRegressor(NeuralGPRegressor):
             if self.method == "sgpr":
                 covar = InducingPointKernel(covar, self._initial_inducing(Xt, feature), self.likelihood_)
             self.model_ = _ExactModel(Xt, yt, self.likelihood_, covar, feature)
-        self.model_.to(self.device)
-        self.likelihood_.to(self.device)
+        self.model_.to(device=self.device, dtype=self._torch_dtype())
+        self.likelihood_.to(device=self.device, dtype=self._torch_dtype())
 
     def _initial_inducing(self, Xt, feature):
         gen = torch.Generator().manual_seed(self.seed)
@@ -178,14 +188,14 @@ class _GPyTorchRegressor(NeuralGPRegressor):
                                      f"> max_memory_gb = {self.max_memory_gb}; use a sparse or SVI model")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            Xt, yt = self._tensor(X, device=self.device), self._tensor(y, device=self.device)
+            Xt, yt = self._as_tensor(X), self._as_tensor(y)
             self._build(Xt, yt)
             modules = self._modules()
             feature = getattr(self.model_, "feature", None)
             opt = adam(modules, feature if feature is not None else nn.Module(), self.lr, self.weight_decay)
             validate = None
             if X_val is not None:
-                X_val_t = self._tensor(X_val, device=self.device)
+                X_val_t = self._as_tensor(X_val)
 
                 def validate():
                     mean, _, var_y = self._predict_torch(X_val_t)
@@ -248,7 +258,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         return mean, var_f, var_f + self.likelihood_.noise.detach().double().squeeze()
 
     def _predict_scaled(self, X):
-        return tuple(t.cpu().numpy() for t in self._predict_torch(self._tensor(X, device=self.device)))
+        return tuple(t.cpu().numpy() for t in self._predict_torch(self._as_tensor(X)))
 
     @property
     def noise_variance_(self) -> float:
@@ -269,8 +279,9 @@ class _GPyTorchRegressor(NeuralGPRegressor):
 
     def _restore(self, state: dict):
         if self.method == "svgp":
-            Xt = torch.zeros(state["inducing_shape"][0], self.n_features_in_, device=self.device)
-            self._build(Xt, torch.zeros(len(Xt), device=self.device))  # shapes only: the state overwrites it
+            Xt = torch.zeros(state["inducing_shape"][0], self.n_features_in_, device=self.device,
+                             dtype=self._torch_dtype())
+            self._build(Xt, torch.zeros(len(Xt), device=self.device, dtype=self._torch_dtype()))  # shapes only: the state overwrites it
         else:
             self._build(state["train_X"].to(self.device), state["train_y"].to(self.device))
         self.model_.load_state_dict(state["model"])
