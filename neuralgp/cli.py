@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from neuralgp.errors import NeuralGPError
@@ -121,14 +119,8 @@ def _cmd_fit(args):
 
 
 def _write_atomic(path: Path, text: str):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from neuralgp.io import write_atomic
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, newline=""))
 
 
 def _cmd_predict(args):

@@ -25,22 +25,28 @@ def register(cls):
     return cls
 
 
-def save_model(payload: dict, path) -> Path:
-    """Write atomically: a temporary file in the target folder, renamed when complete."""
-    path = Path(path)
-    if path.is_dir():
-        raise ModelFileError(f"{path} is a directory; give a file name such as {path / 'model.pt'}")
-    if not path.parent.exists():
-        raise ModelFileError(f"folder {path.parent} does not exist; create it first")
+def write_atomic(path: Path, write) -> Path:
+    """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it: never a partial file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **payload}, tmp)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def save_model(payload: dict, path) -> Path:
+    """Write a model file atomically."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a directory; give a file name such as {path / 'model.pt'}")
+    if not path.parent.exists():
+        raise ModelFileError(f"folder {path.parent} does not exist; create it first")
+    return write_atomic(path, lambda tmp: torch.save({"format": FORMAT, "format_version": FORMAT_VERSION,
+                                                       **payload}, tmp))
 
 
 def load(path):

@@ -120,7 +120,7 @@ def read_csv(path, target=-1):
     return X, table[:, col], names
 
 
-def read_features_csv(path, n_features: int | None = None):
+def read_features_csv(path):
     """Inputs only (no target) for ``neuralgp predict``: every column is a feature."""
     path = Path(path)
     if not path.is_file():
