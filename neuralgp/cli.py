@@ -10,7 +10,8 @@ from pathlib import Path
 
 from neuralgp.errors import NeuralGPError
 
-MODELS = {"dbk": {"inference": "exact"}, "svdbk": {"inference": "svi"}}
+MODELS = ("dbk", "svdbk", "fmgp", "gpnn")
+DEFAULT_SPLIT = {"fmgp": "holdout:1000:1000", "gpnn": "holdout:1000:1000"}  # FM-GP's protocol: 1000 test, 1000 recal.
 BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling")
 
 
@@ -27,15 +28,19 @@ def _parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", help="train on a data set, evaluate on its test split, print metrics")
     f.add_argument("--dataset", required=True, help="uci/<set>, gal/<set>, synthetic/step1d or a CSV path")
-    f.add_argument("--model", choices=sorted(MODELS), default="dbk")
+    f.add_argument("--model", choices=MODELS, default="dbk",
+                   help="dbk (exact), svdbk (SVI), fmgp (FM-GP, recalibrated on the validation part), "
+                        "gpnn (nearest-neighbour GP, recalibrated)")
     f.add_argument("--no-correction", action="store_true", help="disable the variance correction (the -c ablation)")
     f.add_argument("--paper-correction", action="store_true",
                    help="free features with the paper's trace regulariser + diagonal correction "
                         "(default: constant-norm features)")
-    f.add_argument("--rank", type=int, default=128)
-    f.add_argument("--split", default=None, help="random (default), mask:K or gal:K")
+    f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
+    f.add_argument("--split", default=None,
+                   help="random, mask:K, gal:K or holdout:T:V (default random; fmgp and gpnn holdout:1000:1000)")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--max-iter", type=int, default=10000, help="full-batch iterations (dbk)")
+    f.add_argument("--max-iter", type=int, default=None,
+                   help="training iterations (dbk: 10000 full-batch steps; fmgp and gpnn: 200 Adam steps)")
     f.add_argument("--max-epochs", type=int, default=2000, help="epochs (svdbk)")
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
@@ -77,32 +82,43 @@ def _cmd_demo(args):
     print(f"\nwrote {png} and {Path(args.out) / 'metrics.md'}")
 
 
+def _build_model(args, n_features: int):
+    from neuralgp.models import DBKRegressor, FMGPRegressor, NNGPRegressor
+    common = dict(seed=args.seed, verbose=not args.quiet, device=args.device, max_time=args.max_time)
+    if args.max_iter is not None:
+        common["max_iter"] = args.max_iter
+    if args.model in ("fmgp", "gpnn"):
+        if args.no_correction or args.paper_correction:
+            raise NeuralGPError(f"--no-correction and --paper-correction are DBK options, not {args.model}'s")
+        if args.model == "gpnn":
+            return NNGPRegressor(**common), {}
+        return FMGPRegressor(**common, **({} if args.rank is None else {"n_features": args.rank})), {}
+    if args.no_correction and args.paper_correction:
+        raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
+    params = dict(common, inference="exact" if args.model == "dbk" else "svi", max_epochs=args.max_epochs,
+                  variance_correction=not args.no_correction, **({} if args.rank is None else {"rank": args.rank}))
+    if args.paper_correction:
+        params["normalize_features"] = False
+    if n_features == 1:
+        params["backbone"] = "mlp"  # the paper's synthetic backbone
+    model = DBKRegressor(**params)
+    return model, {"rank": model.rank, "variance_correction": not args.no_correction,
+                   "normalize_features": model._uses_normalized_features()}
+
+
 def _cmd_fit(args):
     from neuralgp import datasets
     from neuralgp.bench.evaluate import evaluate_regression
-    from neuralgp.models import DBKRegressor
-    if args.no_correction and args.paper_correction:
-        raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise NeuralGPError(f"--out {out} exists and is not a folder")
-    ds = datasets.load(args.dataset, split=args.split, seed=args.seed, root=args.data_root, n=args.n,
-                       target=args.target)
+    ds = datasets.load(args.dataset, split=args.split or DEFAULT_SPLIT.get(args.model), seed=args.seed,
+                       root=args.data_root, n=args.n, target=args.target)
     if ds.task != "regression":
         raise NeuralGPError(f"{args.dataset} is a classification set; `fit` trains regressors")
-    params = dict(MODELS[args.model], rank=args.rank, seed=args.seed, max_iter=args.max_iter,
-                  max_epochs=args.max_epochs, verbose=not args.quiet, device=args.device,
-                  max_time=args.max_time,
-                  variance_correction=not args.no_correction)
-    if args.paper_correction:
-        params["normalize_features"] = False
-    if ds.n_features == 1:
-        params["backbone"] = "mlp"  # the paper's synthetic backbone
-    model = DBKRegressor(**params)
+    model, described = _build_model(args, ds.n_features)
     result = {"dataset": args.dataset, "model": args.model, "split": ds.split, "seed": args.seed,
-              "device": args.device,
-              "rank": args.rank, "variance_correction": not args.no_correction,
-              "normalize_features": model._uses_normalized_features(), **evaluate_regression(model, ds)}
+              "device": args.device, **described, **evaluate_regression(model, ds)}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         model.save(out / "model.pt")
@@ -110,8 +126,8 @@ def _cmd_fit(args):
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        for key in ("mae", "rmse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
-                    "noise_variance", "train_seconds", "iterations", "best_iteration"):
+        for key in ("mae", "rmse", "mse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
+                    "noise_variance", "variance_scale", "train_seconds", "iterations", "best_iteration"):
             value = result[key]
             print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
         if out is not None:

@@ -67,3 +67,25 @@ def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y"):
     if np.ptp(y) == 0:
         raise InputError(f"{y_name} is constant ({y[0]!r}); a GP needs varying targets")
     return X, y
+
+
+def check_labels(X, y, x_name: str = "X", y_name: str = "y", min_classes: int = 2, n_features: int | None = None):
+    """Validated (X, labels) for a classifier: integer class labels (any values), at least ``min_classes``."""
+    X = check_X(X, n_features=n_features, name=x_name)
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise InputError(f"{y_name} must be 1-D (n_samples,), got shape {y.shape}")
+    if len(y) != len(X):
+        raise InputError(f"{x_name} has {len(X)} rows but {y_name} has {len(y)}; they must match")
+    if y.dtype.kind not in "iub":
+        as_float = _as_float_array(y, y_name) if y.dtype.kind == "f" else None
+        if as_float is None or np.any(as_float != np.round(as_float)):
+            raise InputError(f"{y_name} must hold integer class labels, got dtype {y.dtype} "
+                             f"(e.g. {y[:3].tolist()}); encode classes as 0..C-1, e.g. with "
+                             f"sklearn.preprocessing.LabelEncoder")
+        y = as_float.astype(np.int64)
+    if len(np.unique(y)) < min_classes:
+        raise InputError(f"{y_name} has a single class ({y[0]!r}); a classifier needs at least two")
+    return X, y.astype(np.int64)

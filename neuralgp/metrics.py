@@ -54,7 +54,7 @@ def mean_z2(y, mean, std) -> float:
 
 def regression_report(y, mean, std) -> dict:
     """All regression metrics in one dict (the keys the CLI and benchmarks print)."""
-    return {"mae": mae(y, mean), "rmse": rmse(y, mean), "nll": nll(y, mean, std),
+    return {"mae": mae(y, mean), "rmse": rmse(y, mean), "mse": rmse(y, mean) ** 2, "nll": nll(y, mean, std),
             "crps": crps(y, mean, std), "coverage_50": coverage(y, mean, std, 0.5),
             "coverage_90": coverage(y, mean, std, 0.9), "coverage_95": coverage(y, mean, std, 0.95),
             "mean_z2": mean_z2(y, mean, std)}

@@ -10,7 +10,8 @@ from neuralgp.metrics import regression_report
 
 
 def evaluate_regression(model, ds) -> dict:
-    """Fit on train (early stopping on val), predict test; metrics on y standardised by train mean/std.
+    """Fit on train with the validation part (early stopping, or recalibration for FM-GP / GPnn), predict
+    test; metrics on y standardised by train mean/std.
 
     Returns the metric dict plus timings, iterations and the fitted noise on the standardised scale.
     """
@@ -24,9 +25,11 @@ def evaluate_regression(model, ds) -> dict:
     report = regression_report((ds.y_test - mu) / sd, (mean - mu) / sd, std / sd)
     log = getattr(model, "train_log_", None)
     report.update(train_seconds=train_seconds, predict_seconds=predict_seconds,
+                  predict_seconds_per_point=predict_seconds / len(ds.y_test),
                   iterations=int(getattr(model, "n_iter_", 0)),
                   best_iteration=int(log.best_step) if log else None,
                   out_of_time=bool(log.out_of_time) if log else False,
                   noise_variance=float(model.noise_variance_) / sd ** 2,
+                  variance_scale=float(getattr(model, "variance_scale", 1.0)),
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

@@ -14,7 +14,7 @@ import numpy as np
 
 from neuralgp.datasets import readers
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.datasets.splits import carve_validation, parse_split, random_split
+from neuralgp.datasets.splits import carve_validation, holdout_split, parse_split, random_split
 from neuralgp.datasets.synthetic import step1d_function, step1d_sample
 from neuralgp.errors import DataError
 
@@ -68,18 +68,18 @@ def load(name: str, split: str | None = None, seed: int = 0, root=None, n: int |
     if name == "digits":
         from sklearn.datasets import load_digits
         X, y = load_digits(return_X_y=True)
-        kind, _ = parse_split(split or "random", ("random",))
-        return _index(name, "random", seed, "classification", X.astype(np.float64), y,
-                      *random_split(len(y), seed, labels=y), classes=list(range(10)))
+        return _split_classification(name, split, seed, X.astype(np.float64), y, list(range(10)))
     if family in ("uci", "gal", "uci_classification"):
         if not set_name:
             raise DataError(f"name the set: {family}/<set>; `neuralgp datasets` lists them")
         root = readers.data_root(root)
         if family == "uci":
             X, y, masks = readers.read_uci(root, set_name)
-            kind, k = parse_split(split or "random", ("random", "mask"))
+            kind, k = parse_split(split or "random", ("random", "mask", "holdout"))
             if kind == "random":
                 return _index(name, "random", seed, "regression", X, y, *random_split(len(y), seed))
+            if kind == "holdout":
+                return _index(name, split, seed, "regression", X, y, *holdout_split(len(y), seed, *k))
             if not 0 <= k < masks.shape[1]:
                 raise DataError(f"{name} has masks 0..{masks.shape[1] - 1}, not {k}")
             tr, va = carve_validation(np.flatnonzero(~masks[:, k]), seed)
@@ -92,15 +92,20 @@ def load(name: str, split: str | None = None, seed: int = 0, root=None, n: int |
             tr, va = carve_validation(train, seed)
             return _index(name, f"gal:{k}", seed, "regression", X, y, tr, va, test)
         X, y, classes = readers.read_uci_classification(root, set_name)
-        parse_split(split or "random", ("random",))
-        return _index(name, "random", seed, "classification", X, y,
-                      *random_split(len(y), seed, labels=y), classes=[str(c) for c in classes])
+        return _split_classification(name, split, seed, X, y, [str(c) for c in classes])
     if Path(name).suffix in (".csv", ".gz") or Path(name).is_file():
         X, y, _ = readers.read_csv(name, target=target)
         parse_split(split or "random", ("random",))
         return _index(str(name), "random", seed, "regression", X, y, *random_split(len(y), seed))
     raise DataError(f"unknown data set {name!r}; use uci/<set>, gal/<set>, uci_classification/<set>, "
                     f"digits, synthetic/step1d or a path to a CSV file (`neuralgp datasets` lists them)")
+
+
+def _split_classification(name, split, seed, X, y, classes):
+    """``random`` (stratified 70/10/20) or ``holdout:T:V`` for a classification set."""
+    kind, k = parse_split(split or "random", ("random", "holdout"))
+    parts = random_split(len(y), seed, labels=y) if kind == "random" else holdout_split(len(y), seed, *k)
+    return _index(name, split or "random", seed, "classification", X, y, *parts, classes=classes)
 
 
 def available(root=None) -> list[tuple[str, int, int]]:

@@ -1,4 +1,5 @@
-"""Split protocols: ``random`` 70/10/20, ``mask:K`` (fixed 90/10 test masks), ``gal:K`` (index files)."""
+"""Split protocols: ``random`` 70/10/20, ``mask:K`` (fixed 90/10 test masks), ``gal:K`` (index files),
+``holdout:T:V`` (T test and V validation rows, the rest train: FM-GP's 1000/1000 protocol)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,38 @@ def carve_validation(train_idx: np.ndarray, seed: int):
     return perm[n_va:], perm[:n_va]
 
 
-def parse_split(split: str, allowed: tuple[str, ...]) -> tuple[str, int | None]:
-    """'random' → ('random', None); 'mask:3' → ('mask', 3). Unknown protocols name the allowed ones."""
+def holdout_split(n: int, seed: int, n_test, n_val):
+    """Seeded train/val/test indices with ``n_test`` and ``n_val`` rows (counts, or fractions below 1)."""
+    sizes = [int(round(v * n)) if v < 1 else int(v) for v in (n_test, n_val)]
+    if sum(sizes) >= n:
+        raise DataError(f"holdout:{n_test:g}:{n_val:g} leaves no training rows of {n}; use smaller parts "
+                        f"or fractions, e.g. holdout:0.2:0.1")
+    perm = np.random.default_rng(seed).permutation(n)
+    return perm[sizes[0] + sizes[1]:], perm[sizes[0]:sizes[0] + sizes[1]], perm[:sizes[0]]
+
+
+ALLOWED_NAMES = {"random": "random", "holdout": "holdout:T:V"}
+
+
+def parse_split(split: str, allowed: tuple[str, ...]):
+    """'random' → ('random', None); 'mask:3' → ('mask', 3); 'holdout:1000:1000' → ('holdout', (1000., 1000.)).
+
+    Unknown protocols name the allowed ones."""
     kind, _, k = split.partition(":")
     if kind not in allowed:
         raise DataError(f"split {split!r} is not available for this data set; use one of "
-                        + ", ".join(a if a == "random" else f"{a}:K" for a in allowed))
+                        + ", ".join(ALLOWED_NAMES.get(a, f"{a}:K") for a in allowed))
     if kind == "random":
         return kind, None
+    if kind == "holdout":
+        try:
+            n_test, n_val = (float(v) for v in k.split(":"))
+            if n_test <= 0 or n_val <= 0:
+                raise ValueError
+        except ValueError:
+            raise DataError(f"split {split!r} needs two positive sizes, e.g. holdout:1000:1000 "
+                            f"(counts) or holdout:0.2:0.1 (fractions)") from None
+        return kind, (n_test, n_val)
     try:
         return kind, int(k)
     except ValueError:

@@ -1,5 +1,6 @@
 """Feature maps φ(x): the networks whose outputs are the basis functions of a learned kernel."""
 
+from neuralgp.features.compose import ProductFeatures, SumFeatures
 from neuralgp.features.networks import MLP, ConstantNorm, ResNetMLP, build_backbone
 
-__all__ = ["MLP", "ResNetMLP", "ConstantNorm", "build_backbone"]
+__all__ = ["MLP", "ResNetMLP", "ConstantNorm", "ProductFeatures", "SumFeatures", "build_backbone"]

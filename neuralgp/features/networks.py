@@ -16,14 +16,24 @@ def _activation(name: str) -> nn.Module:
     return ACTIVATIONS[name]()
 
 
-class MLP(nn.Module):
-    """``depth`` hidden layers of width ``hidden``, linear output (the DBK paper's synthetic backbone)."""
+NORMS = {"layer": nn.LayerNorm, "batch": nn.BatchNorm1d}
 
-    def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 2, activation: str = "tanh"):
+
+class MLP(nn.Module):
+    """``depth`` hidden layers of width ``hidden``, linear output (the DBK paper's synthetic backbone).
+
+    ``norm="layer"`` or ``"batch"`` puts a normalisation between each linear layer and its activation
+    (FM-GP's feature map: 2 × 512, ReLU, LayerNorm).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 2, activation: str = "tanh",
+                 norm: str | None = None):
         super().__init__()
+        if norm is not None and norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; use one of {sorted(NORMS)} or None")
         layers, width = [], in_dim
         for _ in range(depth):
-            layers += [nn.Linear(width, hidden), _activation(activation)]
+            layers += [nn.Linear(width, hidden)] + ([NORMS[norm](hidden)] if norm else []) + [_activation(activation)]
             width = hidden
         layers.append(nn.Linear(width, out_dim))
         self.net = nn.Sequential(*layers)
@@ -68,10 +78,14 @@ class ConstantNorm(nn.Module):
     variance correction's trace term and diagonal vanish by construction.
     """
 
-    def __init__(self, net: nn.Module, scale_init: float = 1.0, eps: float = 1e-12):
+    def __init__(self, net: nn.Module, scale_init: float = 1.0, eps: float = 1e-12, learn_scale: bool = True):
         super().__init__()
         self.net = net
-        self.log_scale = nn.Parameter(torch.tensor(math.log(scale_init)))
+        log_scale = torch.tensor(math.log(scale_init))
+        if learn_scale:
+            self.log_scale = nn.Parameter(log_scale)
+        else:  # FM-GP's ψ/‖ψ‖: the kernel's σ_f² carries the scale
+            self.register_buffer("log_scale", log_scale)
         self.eps = eps
 
     def forward(self, x):

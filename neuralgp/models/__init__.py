@@ -1,8 +1,11 @@
 """Estimators: thin scikit-learn style wrappers over feature maps and the posterior engine."""
 
 from neuralgp.models.dbk import DBKRegressor
+from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
+from neuralgp.models.gpnn import NNGPRegressor
 from neuralgp.models.peers import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, ResourceLimitError,
                                    SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
 
-__all__ = ["DBKRegressor", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
-           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "ResourceLimitError"]
+__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "ExactGPRegressor",
+           "SGPRRegressor", "SVGPRegressor", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
+           "GPyTorchDBKRegressor", "ResourceLimitError"]

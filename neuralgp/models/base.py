@@ -30,7 +30,8 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
             X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val")
             if X_val.shape[1] != X.shape[1]:
                 raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
-        self.__dict__.pop("x_scaler_", None)  # a refit that fails must not leave the old fit half-replaced
+        for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
+            self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
         scale_y = lambda v: y_scaler.transform(v[:, None])[:, 0]  # noqa: E731
@@ -53,13 +54,33 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         self._check_fitted()
         return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
 
+    def recalibrate(self, X_cal, y_cal):
+        """Scale every predictive variance by α = mean squared z-score on (X_cal, y_cal) (FM-GP Algorithm 1).
+
+        For a GP with k = σ_f²j + σ²δ this is σ_f² and σ² both times α: the mean does not change and the
+        mean squared z-score on the calibration set becomes exactly 1. ``variance_scale_`` holds the product of
+        all recalibrations so far.
+        """
+        X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal")
+        mean, std = self.predict(X_cal, return_std=True)  # checks fitted and the feature count
+        alpha = float(np.mean(((y_cal - mean) / std) ** 2))
+        if not (np.isfinite(alpha) and alpha > 0):
+            raise InputError(f"recalibration factor is {alpha}; the calibration targets equal the predictions")
+        self.variance_scale_ = self.variance_scale * alpha
+        return self
+
+    @property
+    def variance_scale(self) -> float:
+        """Factor on all predictive variances set by ``recalibrate`` (1 before)."""
+        return float(getattr(self, "variance_scale_", 1.0))
+
     # -- prediction ----------------------------------------------------------------------------
     def predict_dist(self, X) -> dict:
         """Predictive mean and variances of f and of y (noise included), in the units of y."""
         Xs = self._scaled_inputs(X)
         parts = [self._predict_scaled(Xs[i:i + PREDICT_CHUNK]) for i in range(0, len(Xs), PREDICT_CHUNK)]
         mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
-        s2 = self._y_scale ** 2
+        s2 = self._y_scale ** 2 * self.variance_scale
         return {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0],
                 "var_f": var_f * s2, "var_y": var_y * s2}
 
@@ -76,7 +97,8 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         self._check_fitted()
         payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
                    "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
-                   "y_scaler": self.y_scaler_.state(), "fitted": self._fitted_state()}
+                   "y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale,
+                   "fitted": self._fitted_state()}
         return save_model(payload, path)
 
     @classmethod
@@ -85,6 +107,8 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         model.n_features_in_ = int(payload["n_features_in"])
         model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
         model.y_scaler_ = Scaler.from_state(payload["y_scaler"])
+        if payload["variance_scale"] != 1.0:
+            model.variance_scale_ = float(payload["variance_scale"])
         model._restore(payload["fitted"])
         return model
 

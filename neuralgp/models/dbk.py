@@ -297,24 +297,25 @@ class DBKRegressor(NeuralGPRegressor):
 
     # -- fitted quantities in the user's units -----------------------------------------------------
     def features(self, X) -> np.ndarray:
-        """Φ for raw X, in the units of y: predictions are the GP with k(x, x') = features(x)·features(x')."""
+        """Φ for raw X, in the units of y: predictions are the GP with k(x, x') = features(x)·features(x')
+        (including any ``recalibrate`` factor)."""
         Xt = self._tensor(self._scaled_inputs(X), device=self.device)
         with torch.no_grad():
             phi = torch.cat([self.module_(Xt[i:i + 65536]) for i in range(0, len(Xt), 65536)])
-        return phi.double().cpu().numpy() * self._y_scale
+        return phi.double().cpu().numpy() * self._y_scale * math.sqrt(self.variance_scale)
 
     @property
     def noise_variance_(self) -> float:
         """Fitted σ² in the units of y²."""
         self._check_fitted()
-        return float(self.module_.noise().detach()) * self._y_scale ** 2
+        return float(self.module_.noise().detach()) * self._y_scale ** 2 * self.variance_scale
 
     @property
     def max_prior_variance_(self) -> float | None:
         """M_X = max training ‖φ‖² in units of y² (the corrected prior variance); None without correction."""
         self._check_fitted()
         v = self.max_prior_variance_scaled_
-        return None if v is None else float(v) * self._y_scale ** 2
+        return None if v is None else float(v) * self._y_scale ** 2 * self.variance_scale
 
     # -- persistence -------------------------------------------------------------------------------
     def _fitted_state(self) -> dict:

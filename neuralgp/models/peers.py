@@ -263,7 +263,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
     @property
     def noise_variance_(self) -> float:
         self._check_fitted()
-        return float(self.likelihood_.noise.detach()) * self._y_scale ** 2
+        return float(self.likelihood_.noise.detach()) * self._y_scale ** 2 * self.variance_scale
 
     # -- persistence -------------------------------------------------------------------------------
     def _fitted_state(self) -> dict:

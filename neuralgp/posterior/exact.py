@@ -100,55 +100,72 @@ def accumulate_stats(feature_fn, X: torch.Tensor, y: torch.Tensor, noise_scale_f
 
 
 class ExactPosterior:
-    """Posterior p(w | y) = N(Λ⁻¹b, σ²Λ⁻¹) with Λ = A + σ²I, factorised once by Cholesky."""
+    """Posterior of w for y = Φw + ε, w ~ N(0, σ_f² I), ε ~ N(0, σ²D): N(Λ⁻¹b, σ²Λ⁻¹) with Λ = A + γI, γ = σ²/σ_f².
 
-    def __init__(self, stats: GramStats, noise: torch.Tensor):
+    ``outputscale`` σ_f² defaults to 1 (DBK's w ~ N(0, I)); FM-GP learns it (k = σ_f² ψᵀψ + σ²δ, FM-GP eqs. 3–4).
+    Λ is factorised once by Cholesky (the r×r matrix; FM-GP's eigendecomposition gives the same numbers).
+    Statistics, noise and scale may carry leading batch dimensions (one regression per class, Dirichlet
+    classification): every method then works per batch entry and shares the test features.
+    """
+
+    def __init__(self, stats: GramStats, noise: torch.Tensor, outputscale: torch.Tensor | None = None):
         self.stats = stats
-        self.noise = noise.to(STATS_DTYPE)
+        self.noise = torch.as_tensor(noise).to(STATS_DTYPE)
+        self.outputscale = None if outputscale is None else torch.as_tensor(outputscale).to(STATS_DTYPE)
         eye = torch.eye(stats.rank, dtype=STATS_DTYPE, device=stats.A.device)
-        lam = stats.A + self.noise * eye
+        lam = stats.A + self._gamma()[..., None, None] * eye
         self.chol, info = torch.linalg.cholesky_ex(lam)
-        if int(info) != 0:
+        if bool((info != 0).any()):
             raise FloatingPointError(
                 "Cholesky of ΦᵀΦ + σ²I failed: the features are numerically degenerate "
                 "(non-finite or huge values); lower the learning rate or raise noise_min")
         self._a = torch.linalg.solve_triangular(self.chol, stats.b.unsqueeze(-1), upper=False).squeeze(-1)
 
+    def _gamma(self) -> torch.Tensor:
+        return self.noise if self.outputscale is None else self.noise / self.outputscale
+
     @classmethod
-    def from_factor(cls, chol: torch.Tensor, weights_mean: torch.Tensor, noise: torch.Tensor) -> "ExactPosterior":
+    def from_factor(cls, chol: torch.Tensor, weights_mean: torch.Tensor, noise: torch.Tensor,
+                    outputscale: torch.Tensor | None = None) -> "ExactPosterior":
         """Rebuild a prediction-only posterior from a cached factor (no training data needed)."""
         post = cls.__new__(cls)
         post.stats = None
-        post.noise = noise.to(STATS_DTYPE)
+        post.noise = torch.as_tensor(noise).to(STATS_DTYPE)
+        post.outputscale = None if outputscale is None else torch.as_tensor(outputscale).to(STATS_DTYPE)
         post.chol = chol.to(STATS_DTYPE)
         post._mean_w = weights_mean.to(STATS_DTYPE)
         return post
+
+    def recalibrated(self, alpha) -> "ExactPosterior":
+        """σ_f² and σ² both times α (FM-GP Algorithm 1): γ, Λ and the mean stay, every variance scales by α."""
+        scale = self.outputscale if self.outputscale is not None else torch.ones_like(self.noise)
+        return ExactPosterior.from_factor(self.chol, self.weights_mean, self.noise * alpha, scale * alpha)
 
     @property
     def weights_mean(self) -> torch.Tensor:
         """Posterior mean of w, β = Λ⁻¹ΦᵀD⁻¹y."""
         if not hasattr(self, "_mean_w"):
             self._mean_w = torch.linalg.solve_triangular(
-                self.chol.T, self._a.unsqueeze(-1), upper=True).squeeze(-1)
+                self.chol.mT, self._a.unsqueeze(-1), upper=True).squeeze(-1)
         return self._mean_w
 
     def log_marginal_likelihood(self) -> torch.Tensor:
-        """log N(y; 0, ΦΦᵀ + σ²D), eq. (5) generalised to a heteroscedastic diagonal."""
+        """log N(y; 0, σ_f²ΦΦᵀ + σ²D): DBK eq. (5) / FM-GP §3.4, via Sylvester's determinant identity (any n, r)."""
         s = self.stats
         n, r = s.n, s.rank
-        logdet_lam = 2.0 * torch.log(torch.diagonal(self.chol)).sum()
-        quad = (s.c - (self._a ** 2).sum()) / self.noise
-        return -0.5 * (n * math.log(2 * math.pi) + (n - r) * torch.log(self.noise)
+        logdet_lam = 2.0 * torch.log(torch.diagonal(self.chol, dim1=-2, dim2=-1)).sum(-1)
+        quad = (s.c - (self._a ** 2).sum(-1)) / self.noise
+        return -0.5 * (n * math.log(2 * math.pi) + n * torch.log(self.noise) - r * torch.log(self._gamma())
                        + s.logdet_d + logdet_lam + quad)
 
     def predict_f(self, phi: torch.Tensor):
-        """Mean φᵀβ and variance σ²‖C⁻¹φ‖² of f at test features (eq. 6 without noise)."""
+        """Mean φᵀβ and variance σ²‖L⁻¹φ‖² of f at test features (eq. 6 without noise); shapes (..., m)."""
         phi = phi.to(STATS_DTYPE)
-        v = torch.linalg.solve_triangular(self.chol, phi.T, upper=False)
-        return phi @ self.weights_mean, self.noise * (v ** 2).sum(0)
+        v = torch.linalg.solve_triangular(self.chol, phi.T.expand(*self.chol.shape[:-2], *phi.T.shape), upper=False)
+        return self.weights_mean @ phi.T, self.noise[..., None] * (v ** 2).sum(-2)
 
     def predict(self, phi: torch.Tensor, noise_scale: torch.Tensor | None = None):
         """Predictive mean, var of f and var of y = var_f + σ²d (eq. 6; eq. 12 with noise_scale = d)."""
         mean, var_f = self.predict_f(phi)
         d = 1.0 if noise_scale is None else noise_scale.to(STATS_DTYPE)
-        return mean, var_f, var_f + self.noise * d
+        return mean, var_f, var_f + self.noise[..., None] * d

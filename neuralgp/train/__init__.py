@@ -2,5 +2,6 @@
 
 from neuralgp.train.loop import TrainLog, minibatch_epoch, train
 from neuralgp.train.optim import adam
+from neuralgp.train.subsets import training_subsets
 
-__all__ = ["TrainLog", "train", "minibatch_epoch", "adam"]
+__all__ = ["TrainLog", "train", "minibatch_epoch", "adam", "training_subsets"]

@@ -1,0 +1,13 @@
+"""Random disjoint training subsets for decoupled hyper-parameter estimation (FM-GP, GPnn)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def training_subsets(n: int, n_subsets: int, subset_size: int, seed: int) -> list[np.ndarray]:
+    """``n_subsets`` random disjoint index sets of size min(subset_size, n // n_subsets) (at least 1)."""
+    k = max(1, min(int(n_subsets), n))
+    size = max(1, min(int(subset_size), n // k))
+    perm = np.random.default_rng(seed).permutation(n)
+    return [perm[i * size:(i + 1) * size] for i in range(k)]
