@@ -4,10 +4,10 @@ from neuralgp import datasets, metrics
 from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
 from neuralgp.io import load
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
-                             GPyTorchDBKRegressor, NNGPRegressor, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor,
+                             GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor,
                              SVGPRegressor)
 
 __version__ = "0.1.0"
-__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
+__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "NetworkClassifier", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
            "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
            "ModelFileError", "NotFittedError", "__version__"]

@@ -12,7 +12,7 @@ from neuralgp.errors import NeuralGPError
 
 MODELS = ("dbk", "svdbk", "fmgp", "gpnn")
 DEFAULT_SPLIT = {"fmgp": "holdout:1000:1000", "gpnn": "holdout:1000:1000"}  # FM-GP's protocol: 1000 test, 1000 recal.
-BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling")
+BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling", "fmgp-regression", "fmgp-classification", "fmgp-ablation")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 
-from neuralgp.metrics import regression_report
+from neuralgp.metrics import classification_report, regression_report
 
 
-def evaluate_regression(model, ds) -> dict:
+def evaluate_regression(model, ds, recalibrate: bool = False) -> dict:
     """Fit on train with the validation part (early stopping, or recalibration for FM-GP / GPnn), predict
     test; metrics on y standardised by train mean/std.
 
@@ -17,6 +17,8 @@ def evaluate_regression(model, ds) -> dict:
     """
     t0 = time.perf_counter()
     model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+    if recalibrate:  # FM-GP's protocol for every model (a no-op for FM-GP and GPnn, recalibrated in fit)
+        model.recalibrate(ds.X_val, ds.y_val)
     train_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     mean, std = model.predict(ds.X_test, return_std=True)
@@ -32,4 +34,20 @@ def evaluate_regression(model, ds) -> dict:
                   noise_variance=float(model.noise_variance_) / sd ** 2,
                   variance_scale=float(getattr(model, "variance_scale", 1.0)),
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
+    return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}
+
+
+def evaluate_classification(model, ds) -> dict:
+    """Fit on train (temperature on the validation part), predict test; accuracy, error, NLL, ECE, Brier."""
+    t0 = time.perf_counter()
+    model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+    train_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    proba = model.predict_proba(ds.X_test)
+    predict_seconds = time.perf_counter() - t0
+    report = classification_report(np.searchsorted(model.classes_, ds.y_test), proba)
+    report.update(error=1.0 - report["accuracy"], train_seconds=train_seconds, predict_seconds=predict_seconds,
+                  predict_seconds_per_point=predict_seconds / len(ds.y_test), temperature=model.temperature_,
+                  iterations=int(getattr(model, "n_iter_", 0)), n_train=len(ds.y_train), n_test=len(ds.y_test),
+                  out_of_time=bool(model.train_log_.out_of_time))
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

@@ -3,9 +3,10 @@
 from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import NNGPRegressor
+from neuralgp.models.network import NetworkClassifier
 from neuralgp.models.peers import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, ResourceLimitError,
                                    SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
 
-__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "ExactGPRegressor",
+__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "NetworkClassifier", "ExactGPRegressor",
            "SGPRRegressor", "SVGPRegressor", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
            "GPyTorchDBKRegressor", "ResourceLimitError"]

@@ -1,14 +1,16 @@
-"""What every neuralgp regressor shares: input checks, scaling, predict in user units, save/load."""
+"""What every neuralgp regressor (and classifier) shares: input checks, scaling, predict in user units,
+recalibration, save/load."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.errors import InputError, NotFittedError, check_X, check_X_y
+from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
+from neuralgp.models.calibration import fit_temperature, mc_softmax
 
 PREDICT_CHUNK = 8192
 
@@ -115,3 +117,73 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
     @staticmethod
     def _tensor(a, dtype=torch.float32, device="cpu"):
         return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+
+class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
+    """Subclasses implement ``_fit_scaled(X, labels, n_classes)`` on scaled inputs and labels 0..C−1,
+    ``_latent_samples(X) -> (S, m, C)`` draws of the class scores f (probabilities are E[softmax(f/T)]),
+    and ``_fitted_state()`` / ``_restore(state)``. Any integer labels are accepted and given back."""
+
+    input_scaling = "standard"
+
+    def fit(self, X, y, X_cal=None, y_cal=None):
+        """Fit on (X, y); with (X_cal, y_cal) also the softmax temperature (``calibrate_temperature``)."""
+        X, y = check_labels(X, y)
+        if (X_cal is None) != (y_cal is None):
+            raise InputError("give both X_cal and y_cal, or neither")
+        classes = np.unique(y)
+        if X_cal is not None:
+            X_cal, y_cal = check_labels(X_cal, y_cal, "X_cal", "y_cal", min_classes=1, n_features=X.shape[1])
+            unknown = np.setdiff1d(y_cal, classes)
+            if len(unknown):
+                raise InputError(f"y_cal has classes {unknown.tolist()} that are not in y")
+        for attr in ("x_scaler_", "classes_"):  # a refit that fails leaves no half-fitted model
+            self.__dict__.pop(attr, None)
+        x_scaler = Scaler(self.input_scaling).fit(X)
+        self._fit_scaled(x_scaler.transform(X), np.searchsorted(classes, y), len(classes))
+        self.classes_, self.n_features_in_, self.x_scaler_ = classes, X.shape[1], x_scaler
+        self.temperature_ = 1.0
+        if X_cal is not None:
+            self.calibrate_temperature(X_cal, y_cal)
+        return self
+
+    def calibrate_temperature(self, X_cal, y_cal):
+        """Fit the softmax temperature T on labelled held-out data by NLL (the argmax does not move)."""
+        f = self._latent_samples(self._scaled(X_cal))
+        self.temperature_ = fit_temperature(f, np.searchsorted(self.classes_, np.asarray(y_cal)))
+        return self
+
+    def _scaled(self, X) -> np.ndarray:
+        if not hasattr(self, "classes_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
+
+    def predict_proba(self, X) -> np.ndarray:
+        Xs = self._scaled(X)
+        return np.concatenate([mc_softmax(self._latent_samples(Xs[i:i + 2048]), self.temperature_)
+                               .double().cpu().numpy() for i in range(0, len(Xs), 2048)])
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[self.predict_proba(X).argmax(1)]
+
+    def save(self, path):
+        """Save everything needed to predict (not the training data) to ``path``."""
+        self._scaled(np.zeros((1, getattr(self, "n_features_in_", 1))))  # raises if not fitted
+        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
+                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
+                   "classes": torch.as_tensor(self.classes_), "temperature": self.temperature_,
+                   "fitted": self._fitted_state()}
+        return save_model(payload, path)
+
+    @classmethod
+    def _from_payload(cls, payload: dict):
+        model = cls(**payload["params"])
+        model.n_features_in_ = int(payload["n_features_in"])
+        model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
+        model.classes_ = payload["classes"].numpy()
+        model.temperature_ = float(payload["temperature"])
+        model._restore(payload["fitted"])
+        return model
+
+    def _tensor(self, a) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)

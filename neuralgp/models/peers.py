@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultivariateNormal
-from gpytorch.kernels import InducingPointKernel, LinearKernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import InducingPointKernel, LinearKernel, MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
 from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
 from linear_operator.utils.errors import NanError, NotPSDError
@@ -44,9 +44,17 @@ class ResourceLimitError(NeuralGPError):
     """A model that would not fit in the memory budget; the harness records it like the paper's '-'."""
 
 
-def _rbf(dim: int) -> ScaleKernel:
-    base = RBFKernel(ard_num_dims=dim)
-    base.lengthscale = torch.full((1, dim), math.sqrt(dim))
+def _kernel(name: str, dim: int) -> ScaleKernel:
+    """"rbf": RBF-ARD (the DBK paper's baselines); "matern12": the isotropic exponential kernel
+    exp(−‖x − x'‖/ℓ) of FM-GP's "Var" baseline. Lengthscales start at √dim."""
+    if name == "rbf":
+        base = RBFKernel(ard_num_dims=dim)
+        base.lengthscale = torch.full((1, dim), math.sqrt(dim))
+    elif name == "matern12":
+        base = MaternKernel(nu=0.5)
+        base.lengthscale = math.sqrt(dim)
+    else:
+        raise ValueError(f"unknown base_kernel {name!r}; use 'rbf' or 'matern12'")
     return ScaleKernel(base)
 
 
@@ -63,11 +71,11 @@ class _ExactModel(gpytorch.models.ExactGP):
 
 
 class _SVGPLayer(gpytorch.models.ApproximateGP):
-    def __init__(self, inducing: torch.Tensor):
+    def __init__(self, inducing: torch.Tensor, kernel: str):
         q = CholeskyVariationalDistribution(inducing.shape[0])
         super().__init__(VariationalStrategy(self, inducing, q, learn_inducing_locations=True))
         self.mean_module = ZeroMean()
-        self.covar_module = _rbf(inducing.shape[1])
+        self.covar_module = _kernel(kernel, inducing.shape[1])
 
     def forward(self, z):
         return MultivariateNormal(self.mean_module(z), self.covar_module(z))
@@ -76,10 +84,10 @@ class _SVGPLayer(gpytorch.models.ApproximateGP):
 class _SVGPModel(nn.Module):
     """Optional feature network followed by an SVGP layer (SVDKL when the network is there)."""
 
-    def __init__(self, inducing, feature=None):
+    def __init__(self, inducing, kernel, feature=None):
         super().__init__()
         self.feature = feature
-        self.gp = _SVGPLayer(inducing)
+        self.gp = _SVGPLayer(inducing, kernel)
 
     def forward(self, x):
         return self.gp(self.feature(x) if self.feature is not None else x)
@@ -98,7 +106,8 @@ class _GPyTorchRegressor(NeuralGPRegressor):
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
                  lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, cg_iterations=512, love_rank=512,
-                 max_memory_gb=8.0, dtype="float32", normalize_y=True, input_scaling="minmax", seed=0, device="cpu", verbose=True):
+                 max_memory_gb=8.0, dtype="float32", base_kernel="rbf", normalize_y=True, input_scaling="minmax", seed=0,
+                 device="cpu", verbose=True):
         self.num_inducing = num_inducing
         self.feature_dim = feature_dim
         self.backbone = backbone
@@ -119,6 +128,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         self.love_rank = love_rank
         self.max_memory_gb = max_memory_gb
         self.dtype = dtype
+        self.base_kernel = base_kernel
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
@@ -152,9 +162,9 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         self.likelihood_.noise = self.noise_init
         if self.method == "svgp":
             inducing = self._initial_inducing(Xt, feature)
-            self.model_ = _SVGPModel(inducing, feature)
+            self.model_ = _SVGPModel(inducing, self.base_kernel, feature)
         else:
-            covar = LinearKernel() if self.kernel == "linear" else _rbf(dim)
+            covar = LinearKernel() if self.kernel == "linear" else _kernel(self.base_kernel, dim)
             if self.method == "sgpr":
                 covar = InducingPointKernel(covar, self._initial_inducing(Xt, feature), self.likelihood_)
             self.model_ = _ExactModel(Xt, yt, self.likelihood_, covar, feature)
@@ -163,7 +173,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
 
     def _initial_inducing(self, Xt, feature):
         gen = torch.Generator().manual_seed(self.seed)
-        idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]
+        idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]  # at most n points
         with torch.no_grad():
             Z = Xt[idx] if feature is None else feature(Xt[idx])
         return Z.clone()
