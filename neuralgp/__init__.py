@@ -5,9 +5,9 @@ from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError
 from neuralgp.io import load
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
                              GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor,
-                             SVGPRegressor)
+                             SVGPClassifier, SVGPRegressor)
 
 __version__ = "0.1.0"
-__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "NetworkClassifier", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "DKLRegressor",
+__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "NetworkClassifier", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
            "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
            "ModelFileError", "NotFittedError", "__version__"]

@@ -208,3 +208,31 @@ def test_cli_fit_fmgp_json(capsys):
     for key in ("mse", "nll", "mean_z2", "train_seconds", "predict_seconds_per_point"):
         assert math.isfinite(out[key])
     assert out["variance_scale"] != 1.0  # recalibrated on the validation part
+
+
+def test_recalibrate_bad_input_leaves_the_model_unchanged():
+    X, y = toy()
+    model = small_fmgp(max_iter=3).fit(X, y)
+    with pytest.raises(InputError, match="features"):
+        model.recalibrate(X[:, :2], y)
+    with pytest.raises(InputError, match="rows"):
+        model.recalibrate(X[:10], y[:9])
+    assert model.variance_scale == 1.0
+    with pytest.raises(InputError, match="X_cal"):
+        small_fmgp(max_iter=3).fit(X, y, X[:, :2], y)
+
+
+def test_network_classifier_and_var_kernel(tmp_path):
+    from neuralgp import NetworkClassifier, SVGPClassifier, SVGPRegressor
+    X, y = classification_toy()
+    clf = NetworkClassifier(hidden=16, max_epochs=3, verbose=False).fit(X, y, X[:50], y[:50])
+    clf.save(tmp_path / "n.pt")
+    np.testing.assert_array_equal(load(tmp_path / "n.pt").predict_proba(X), clf.predict_proba(X))
+    Xr, yr = toy(100)
+    var = SVGPRegressor(base_kernel="matern12", num_inducing=20, max_epochs=2, verbose=False).fit(Xr, yr)
+    svc = SVGPClassifier(num_inducing=10, max_epochs=2, n_samples=8, verbose=False).fit(X, y, X[:50], y[:50])
+    svc.save(tmp_path / "s.pt")
+    np.testing.assert_array_equal(load(tmp_path / "s.pt").predict_proba(X), svc.predict_proba(X))
+    assert "MaternKernel" in type(var.model_.gp.covar_module.base_kernel).__name__
+    with pytest.raises(ValueError, match="base_kernel"):
+        SVGPRegressor(base_kernel="cosine", max_epochs=1, verbose=False).fit(Xr, yr)

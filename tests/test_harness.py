@@ -39,3 +39,18 @@ def test_scaling_quick_suite(tmp_path):
     assert "| 1e+02 | DBK |" in table and "| 1e+03 | GP |" in table
     assert all(r["peak_memory_mb"] > 0 for r in read_records(out / "results.jsonl"))
     assert (out / "metrics.png").stat().st_size > 5000
+
+
+def test_fmgp_quick_suites_recalibrate_and_show_the_paper(tmp_path):
+    out = run_suite("fmgp-regression", tmp_path / "reg", model_names=["FM-GP", "Var"], quick=True, verbose=False)
+    records = read_records(out / "results.jsonl")
+    assert {r["model"] for r in records} == {"FM-GP", "Var"}
+    for r in records:
+        assert r["status"] == "ok" and r["split"] == "holdout:1000:1000"
+        assert r["variance_scale"] != 1.0 and r["predict_seconds_per_point"] > 0
+    table = (out / "table.md").read_text()
+    assert "0.0207 ± 0.003" in table and "| FM-GP | 1/1 |" in table  # the paper's Poletele MSE beside ours
+    out = run_suite("fmgp-classification", tmp_path / "cls", quick=True, verbose=False)
+    records = read_records(out / "results.jsonl")
+    assert all(r["status"] == "ok" and 0 <= r["error"] <= 1 and r["temperature"] > 0 for r in records)
+    assert "0.122 ± 0.016" in (out / "table.md").read_text()

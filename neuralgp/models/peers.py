@@ -24,7 +24,7 @@ import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import InducingPointKernel, LinearKernel, MaternKernel, RBFKernel, ScaleKernel
-from gpytorch.means import ZeroMean
+from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
@@ -33,7 +33,9 @@ from neuralgp.errors import NeuralGPError
 from neuralgp.features import build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
-from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
+from neuralgp.models.calibration import softmax_samples
+from neuralgp.posterior.dirichlet import dirichlet_targets
 from neuralgp.train import adam, minibatch_epoch, train
 
 
@@ -44,18 +46,18 @@ class ResourceLimitError(NeuralGPError):
     """A model that would not fit in the memory budget; the harness records it like the paper's '-'."""
 
 
-def _kernel(name: str, dim: int) -> ScaleKernel:
+def _kernel(name: str, dim: int, batch_shape=torch.Size()) -> ScaleKernel:
     """"rbf": RBF-ARD (the DBK paper's baselines); "matern12": the isotropic exponential kernel
     exp(−‖x − x'‖/ℓ) of FM-GP's "Var" baseline. Lengthscales start at √dim."""
     if name == "rbf":
-        base = RBFKernel(ard_num_dims=dim)
-        base.lengthscale = torch.full((1, dim), math.sqrt(dim))
+        base = RBFKernel(ard_num_dims=dim, batch_shape=batch_shape)
+        base.lengthscale = torch.full((*batch_shape, 1, dim), math.sqrt(dim))
     elif name == "matern12":
-        base = MaternKernel(nu=0.5)
-        base.lengthscale = math.sqrt(dim)
+        base = MaternKernel(nu=0.5, batch_shape=batch_shape)
+        base.lengthscale = torch.full((*batch_shape, 1, 1), math.sqrt(dim))
     else:
         raise ValueError(f"unknown base_kernel {name!r}; use 'rbf' or 'matern12'")
-    return ScaleKernel(base)
+    return ScaleKernel(base, batch_shape=batch_shape)
 
 
 class _ExactModel(gpytorch.models.ExactGP):
@@ -345,3 +347,90 @@ class GPyTorchDBKRegressor(_GPyTorchRegressor):
     """
     kernel = "linear"
     default_feature_dim = 128
+
+
+class _DirichletSVGP(gpytorch.models.ApproximateGP):
+    """C independent SVGPs (a batch) sharing inducing inputs: one per Dirichlet-transformed class target."""
+
+    def __init__(self, inducing: torch.Tensor, n_classes: int, kernel: str):
+        batch = torch.Size([n_classes])
+        q = CholeskyVariationalDistribution(inducing.shape[0], batch_shape=batch)
+        super().__init__(VariationalStrategy(self, inducing, q, learn_inducing_locations=True))
+        self.mean_module = ConstantMean(batch_shape=batch)
+        self.covar_module = _kernel(kernel, inducing.shape[1], batch)
+
+    def forward(self, z):
+        return MultivariateNormal(self.mean_module(z), self.covar_module(z))
+
+
+@register
+class SVGPClassifier(NeuralGPClassifier):
+    """FM-GP's "Var" classifier: SVGP per class on Dirichlet-transformed labels (Milios et al. 2018) with their
+    fixed heteroscedastic noise, GPyTorch's ``FixedNoiseGaussianLikelihood``; probabilities E[softmax(f/T)]."""
+
+    def __init__(self, num_inducing=200, base_kernel="matern12", alpha_eps=0.01, n_samples=256, lr=0.01,
+                 batch_size=1024, max_epochs=100, max_time=None, input_scaling="standard", seed=0, device="cpu",
+                 verbose=True):
+        self.num_inducing = num_inducing
+        self.base_kernel = base_kernel
+        self.alpha_eps = alpha_eps
+        self.n_samples = n_samples
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.max_time = max_time
+        self.input_scaling = input_scaling
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+
+    def _build(self, n_features: int, n_classes: int, inducing=None):
+        inducing = torch.zeros(self.num_inducing, n_features) if inducing is None else inducing
+        self.model_ = _DirichletSVGP(inducing, n_classes, self.base_kernel).to(self.device)
+        self.likelihood_ = gpytorch.likelihoods.FixedNoiseGaussianLikelihood(
+            noise=torch.ones(n_classes, 1), learn_additional_noise=False).to(self.device)
+
+    def _fit_scaled(self, X, labels, C):
+        t = dirichlet_targets(self.alpha_eps)
+        onehot = torch.as_tensor(np.eye(C)[labels].T, dtype=torch.float32, device=self.device)  # (C, n)
+        targets = t["y_out"] + onehot * (t["y_in"] - t["y_out"])
+        noise = t["s_out"] + onehot * (t["s_in"] - t["s_out"])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            Xt = self._tensor(X)
+            gen = torch.Generator().manual_seed(self.seed)
+            idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]
+            self._build(X.shape[1], C, Xt[idx].clone())
+            with torch.no_grad():
+                self.model_.mean_module.constant.copy_(targets.mean(1))
+            mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.model_, num_data=len(labels))
+            opt = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+            self.model_.train()
+
+            def batch_loss(i):
+                try:
+                    return -mll(self.model_(Xt[i]), targets[:, i], noise=noise[:, i]).sum()
+                except NUMERICAL_ERRORS:
+                    return torch.tensor(math.nan)
+
+            self.train_log_ = train(self.model_, lambda: minibatch_epoch(batch_loss, len(labels), self.batch_size,
+                                                                         gen, opt),
+                                    self.max_epochs, None, eval_every=1, verbose=self.verbose, desc="SVGP-Dirichlet",
+                                    unit="epoch", max_seconds=self.max_time)
+        self.model_.eval()
+        self.n_iter_ = self.train_log_.steps
+
+    def _latent_samples(self, Xs) -> torch.Tensor:
+        with torch.no_grad():
+            f = self.model_(self._tensor(Xs))
+            mean, var = f.mean.T, f.variance.clamp_min(0).T  # (m, C)
+        return softmax_samples(mean, var, self.n_samples, self.seed)
+
+    def _fitted_state(self) -> dict:
+        return {"model": {k: v.cpu() for k, v in self.model_.state_dict().items()}, "n_iter": self.n_iter_}
+
+    def _restore(self, state: dict):
+        self._build(self.n_features_in_, len(self.classes_))
+        self.model_.load_state_dict(state["model"])
+        self.model_.eval()
+        self.n_iter_ = state["n_iter"]
