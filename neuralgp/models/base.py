@@ -56,6 +56,19 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         self._check_fitted()
         return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
 
+    def _fit_and_recalibrate(self, X, y, X_cal, y_cal):
+        """``fit(X, y)``, then ``recalibrate(X_cal, y_cal)``; the calibration arrays are checked before training."""
+        if (X_cal is None) != (y_cal is None):
+            raise InputError("give both X_cal and y_cal, or neither")
+        if X_cal is not None:
+            X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal")
+            if np.ndim(X) == 2 and X_cal.shape[1] != np.shape(X)[1]:
+                raise InputError(f"X_cal has {X_cal.shape[1]} features but X has {np.shape(X)[1]}")
+        NeuralGPRegressor.fit(self, X, y)
+        if X_cal is not None:
+            self.recalibrate(X_cal, y_cal)
+        return self
+
     def recalibrate(self, X_cal, y_cal):
         """Scale every predictive variance by α = mean squared z-score on (X_cal, y_cal) (FM-GP Algorithm 1).
 

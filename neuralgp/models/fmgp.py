@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from torch.nn.functional import softplus
 
-from neuralgp.errors import InputError, check_X
 from neuralgp.features import MLP, ConstantNorm, ProductFeatures
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
@@ -22,7 +21,7 @@ from neuralgp.models.calibration import softmax_samples
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.variational import inverse_softplus
-from neuralgp.train import train, training_subsets
+from neuralgp.train import adam, train, training_subsets
 
 CHUNK = 65536
 
@@ -81,7 +80,7 @@ class _FMGPMixin:
         idx = torch.as_tensor(np.concatenate(subsets), device=self.device)
         bounds = np.cumsum([0] + [len(s) for s in subsets])
         X_sub = Xt[idx]
-        opt = torch.optim.Adam(m.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        opt = adam(m, m.net, self.lr, self.weight_decay)  # weight decay on the network's weights only
         m.train()
 
         def step():
@@ -142,14 +141,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
 
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Train on (X, y), cache the full-data posterior, then ``recalibrate(X_cal, y_cal)`` if given."""
-        if (X_cal is None) != (y_cal is None):
-            raise InputError("give both X_cal and y_cal, or neither")
-        if X_cal is not None:
-            X_cal = check_X(X_cal, n_features=np.shape(X)[1] if np.ndim(X) == 2 else None, name="X_cal")
-        super().fit(X, y)
-        if X_cal is not None:
-            self.recalibrate(X_cal, y_cal)
-        return self
+        return self._fit_and_recalibrate(X, y, X_cal, y_cal)
 
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):

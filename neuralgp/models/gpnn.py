@@ -52,10 +52,7 @@ class NNGPRegressor(NeuralGPRegressor):
 
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Estimate hyper-parameters on subsets, index the training set, then recalibrate if (X_cal, y_cal)."""
-        super().fit(X, y)
-        if X_cal is not None:
-            self.recalibrate(X_cal, y_cal)
-        return self
+        return self._fit_and_recalibrate(X, y, X_cal, y_cal)
 
     def _build(self):
         if self.kernel not in KERNELS:
