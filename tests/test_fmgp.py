@@ -111,6 +111,9 @@ def test_product_and_sum_features():
     model = small_fmgp(product=(3, 4), unit_norm=True).fit(X, y)
     assert model.features(X).shape == (len(y), 12)
     np.testing.assert_allclose((model.features(X) ** 2).sum(1), 1.0, rtol=1e-5)  # weak stationarity
+    additive = small_fmgp(additive=(3, 5), norm="batch", max_iter=5).fit(X, y)
+    assert additive.features(X).shape == (len(y), 8)
+    np.testing.assert_allclose(additive.features(X[:7]), additive.features(X)[:7], rtol=1e-5, atol=1e-6)  # eval BN
 
 
 def test_dirichlet_targets_match_the_spec():
