@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--max-iter", type=int, default=None,
                    help="training iterations (dbk: 10000 full-batch steps; fmgp and gpnn: 200 Adam steps)")
     f.add_argument("--max-epochs", type=int, default=2000, help="epochs (svdbk)")
+    f.add_argument("--lr", type=float, default=None,
+                   help="Adam learning rate (default: dbk/svdbk 1e-3, fmgp 1e-2, gpnn 0.1)")
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
     f.add_argument("--data-root", default=None, help="data folder (default $NEURALGP_DATA or ../shared/data)")
@@ -87,6 +89,8 @@ def _build_model(args, n_features: int):
     common = dict(seed=args.seed, verbose=not args.quiet, device=args.device, max_time=args.max_time)
     if args.max_iter is not None:
         common["max_iter"] = args.max_iter
+    if args.lr is not None:
+        common["lr"] = args.lr
     if args.model in ("fmgp", "gpnn"):
         if args.no_correction or args.paper_correction:
             raise NeuralGPError(f"--no-correction and --paper-correction are DBK options, not {args.model}'s")
