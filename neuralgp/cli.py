@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV file")
     pr.add_argument("model_file")
     pr.add_argument("input_csv", help="CSV with the model's input columns (a header line is optional)")
-    pr.add_argument("--output", required=True, help="CSV to write with columns mean,std")
+    pr.add_argument("--output", required=True,
+                    help="CSV to write: columns mean,std (regressors) or label,p_<class>… (classifiers)")
 
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
     b.add_argument("suite", choices=BENCH_SUITES)
@@ -84,8 +85,8 @@ def _cmd_demo(args):
     print(f"\nwrote {png} and {Path(args.out) / 'metrics.md'}")
 
 
-def _build_model(args, n_features: int):
-    from neuralgp.models import DBKRegressor, FMGPRegressor, NNGPRegressor
+def _build_model(args, n_features: int, task: str = "regression"):
+    from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor, NNGPRegressor
     common = dict(seed=args.seed, verbose=not args.quiet, device=args.device, max_time=args.max_time)
     if args.max_iter is not None:
         common["max_iter"] = args.max_iter
@@ -96,7 +97,8 @@ def _build_model(args, n_features: int):
             raise NeuralGPError(f"--no-correction and --paper-correction are DBK options, not {args.model}'s")
         if args.model == "gpnn":
             return NNGPRegressor(**common), {}
-        return FMGPRegressor(**common, **({} if args.rank is None else {"n_features": args.rank})), {}
+        cls = FMGPClassifier if task == "classification" else FMGPRegressor
+        return cls(**common, **({} if args.rank is None else {"n_features": args.rank})), {}
     if args.no_correction and args.paper_correction:
         raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
     params = dict(common, inference="exact" if args.model == "dbk" else "svi", max_epochs=args.max_epochs,
@@ -112,17 +114,18 @@ def _build_model(args, n_features: int):
 
 def _cmd_fit(args):
     from neuralgp import datasets
-    from neuralgp.bench.evaluate import evaluate_regression
+    from neuralgp.bench.evaluate import evaluate_classification, evaluate_regression
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise NeuralGPError(f"--out {out} exists and is not a folder")
     ds = datasets.load(args.dataset, split=args.split or DEFAULT_SPLIT.get(args.model), seed=args.seed,
                        root=args.data_root, n=args.n, target=args.target)
-    if ds.task != "regression":
-        raise NeuralGPError(f"{args.dataset} is a classification set; `fit` trains regressors")
-    model, described = _build_model(args, ds.n_features)
+    if ds.task == "classification" and args.model != "fmgp":
+        raise NeuralGPError(f"{args.dataset} is a classification set; of the `fit` models only fmgp classifies")
+    model, described = _build_model(args, ds.n_features, ds.task)
+    evaluate = evaluate_regression if ds.task == "regression" else evaluate_classification
     result = {"dataset": args.dataset, "model": args.model, "split": ds.split, "seed": args.seed,
-              "device": args.device, **described, **evaluate_regression(model, ds)}
+              "device": args.device, **described, **evaluate(model, ds)}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         model.save(out / "model.pt")
@@ -130,8 +133,11 @@ def _cmd_fit(args):
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        for key in ("mae", "rmse", "mse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
-                    "noise_variance", "variance_scale", "train_seconds", "iterations", "best_iteration"):
+        keys = (("accuracy", "error", "nll", "ece", "brier", "temperature", "train_seconds", "iterations")
+                if ds.task == "classification" else
+                ("mae", "rmse", "mse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
+                 "noise_variance", "variance_scale", "train_seconds", "iterations", "best_iteration"))
+        for key in keys:
             value = result[key]
             print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
         if out is not None:
@@ -150,11 +156,17 @@ def _cmd_predict(args):
     from neuralgp.io import load
     model = load(args.model_file)
     X = read_features_csv(args.input_csv)
-    mean, std = model.predict(X, return_std=True)
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["mean", "std"])
-    writer.writerows(zip(mean.tolist(), std.tolist()))
+    if hasattr(model, "predict_proba"):  # a classifier: the label and one probability column per class
+        proba = model.predict_proba(X)
+        writer.writerow(["label"] + [f"p_{c}" for c in model.classes_])
+        writer.writerows([label, *row] for label, row in zip(model.classes_[proba.argmax(1)].tolist(), proba.tolist()))
+        mean = proba
+    else:
+        mean, std = model.predict(X, return_std=True)
+        writer.writerow(["mean", "std"])
+        writer.writerows(zip(mean.tolist(), std.tolist()))
     output = Path(args.output)
     if not output.parent.is_dir():
         raise NeuralGPError(f"folder {output.parent} for --output does not exist")

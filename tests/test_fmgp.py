@@ -239,3 +239,17 @@ def test_network_classifier_and_var_kernel(tmp_path):
     assert "MaternKernel" in type(var.model_.gp.covar_module.base_kernel).__name__
     with pytest.raises(ValueError, match="base_kernel"):
         SVGPRegressor(base_kernel="cosine", max_epochs=1, verbose=False).fit(Xr, yr)
+
+
+def test_cli_fit_classifier_and_predict_probabilities(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["fit", "--dataset", "digits", "--model", "fmgp", "--split", "holdout:0.2:0.2", "--max-iter", "3",
+                 "--rank", "8", "--quiet", "--out", str(out)]) == 0
+    assert "temperature" in capsys.readouterr().out
+    inputs = tmp_path / "x.csv"
+    np.savetxt(inputs, np.random.default_rng(0).uniform(0, 16, (4, 64)), delimiter=",")
+    assert main(["predict", str(out / "model.pt"), str(inputs), "--output", str(tmp_path / "p.csv")]) == 0
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0].split(",")[:3] == ["label", "p_0", "p_1"] and len(rows) == 5
+    assert abs(sum(map(float, rows[1].split(",")[1:])) - 1) < 1e-6
+    assert main(["fit", "--dataset", "digits", "--model", "dbk", "--quiet"]) == 2  # only fmgp classifies
