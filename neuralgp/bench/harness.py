@@ -389,7 +389,8 @@ def _mean_std(values, digits=4) -> str:
 def metric_table(suite: Suite, records: list[dict]) -> str:
     """Per dataset: one row per model, mean ± std over seeds of each of ``suite.columns``, the paper beside."""
     lines = [f"# {suite.name}: ours beside the paper's (p.) numbers", "", suite.note, "",
-             "Mean ± std over seeds; **bold** = our best of the column (lower is better); † = some seeds hit the "
+             "Mean ± std over seeds; **bold** = our best of the column (lower is better; mean z²: closest to 1); "
+             "† = some seeds hit the "
              "time budget; 'skipped'/'failed' rows give the reason in results.jsonl.", ""]
     header = ["model", "seeds"]
     for key, label, paper_idx in suite.columns:
@@ -404,7 +405,8 @@ def metric_table(suite: Suite, records: list[dict]) -> str:
         for m, rs in rows.items():
             cells = [m + (" †" if any(r["status"] == "time-capped" for r in rs) else ""), f"{len(ok[m])}/{len(rs)}"]
             for key, label, paper_idx in suite.columns:
-                means = {mm: statistics.mean(r[key] for r in o) for mm, o in ok.items() if o}
+                badness = (lambda v: abs(v - 1.0)) if key == "mean_z2" else (lambda v: v)  # z²: 1 is best
+                means = {mm: badness(statistics.mean(r[key] for r in o)) for mm, o in ok.items() if o}
                 vals = [r[key] for r in ok[m]]
                 cell = _mean_std(vals)
                 cells.append(f"**{cell}**" if vals and means[m] == min(means.values()) and len(means) > 1 else cell)
