@@ -253,3 +253,13 @@ def test_cli_fit_classifier_and_predict_probabilities(tmp_path, capsys):
     assert rows[0].split(",")[:3] == ["label", "p_0", "p_1"] and len(rows) == 5
     assert abs(sum(map(float, rows[1].split(",")[1:])) - 1) < 1e-6
     assert main(["fit", "--dataset", "digits", "--model", "dbk", "--quiet"]) == 2  # only fmgp classifies
+
+
+def test_calibrate_temperature_refuses_unknown_classes():
+    X, y = classification_toy(60)
+    from neuralgp import NetworkClassifier
+    clf = NetworkClassifier(hidden=8, max_epochs=1, verbose=False)
+    clf.fit(X, y)
+    with pytest.raises(InputError, match="not in y"):
+        clf.calibrate_temperature(X[:4], np.array([0, 1, 2, 9]))
+    assert clf.temperature_ == 1.0

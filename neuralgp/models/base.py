@@ -122,7 +122,7 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         model.n_features_in_ = int(payload["n_features_in"])
         model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
         model.y_scaler_ = Scaler.from_state(payload["y_scaler"])
-        if payload["variance_scale"] != 1.0:
+        if payload.get("variance_scale", 1.0) != 1.0:  # files from before recalibration existed have none
             model.variance_scale_ = float(payload["variance_scale"])
         model._restore(payload["fitted"])
         return model
@@ -146,10 +146,7 @@ class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
             raise InputError("give both X_cal and y_cal, or neither")
         classes = np.unique(y)
         if X_cal is not None:
-            X_cal, y_cal = check_labels(X_cal, y_cal, "X_cal", "y_cal", min_classes=1, n_features=X.shape[1])
-            unknown = np.setdiff1d(y_cal, classes)
-            if len(unknown):
-                raise InputError(f"y_cal has classes {unknown.tolist()} that are not in y")
+            X_cal, y_cal = _check_calibration(X_cal, y_cal, classes, X.shape[1])
         for attr in ("x_scaler_", "classes_"):  # a refit that fails leaves no half-fitted model
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X)
@@ -162,6 +159,8 @@ class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
 
     def calibrate_temperature(self, X_cal, y_cal):
         """Fit the softmax temperature T on labelled held-out data by NLL (the argmax does not move)."""
+        X_cal, y_cal = _check_calibration(X_cal, y_cal, self.classes_ if hasattr(self, "classes_") else None,
+                                          getattr(self, "n_features_in_", None))
         f = self._latent_samples(self._scaled(X_cal))
         self.temperature_ = fit_temperature(f, np.searchsorted(self.classes_, np.asarray(y_cal)))
         return self
@@ -200,3 +199,12 @@ class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
 
     def _tensor(self, a) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
+
+
+def _check_calibration(X_cal, y_cal, classes, n_features):
+    """Labelled calibration data: integer labels, all among the training classes."""
+    X_cal, y_cal = check_labels(X_cal, y_cal, "X_cal", "y_cal", min_classes=1, n_features=n_features)
+    unknown = np.setdiff1d(y_cal, classes) if classes is not None else []
+    if len(unknown):
+        raise InputError(f"y_cal has classes {unknown.tolist()} that are not in y")
+    return X_cal, y_cal
