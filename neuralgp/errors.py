@@ -52,16 +52,21 @@ def check_X(X, n_features: int | None = None, name: str = "X") -> np.ndarray:
     return arr
 
 
-def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y"):
-    """Validated (X, y) for fitting: finite, 2-D X, 1-D y of the same length, y not constant."""
-    X = check_X(X, name=x_name)
-    y = _as_float_array(y, y_name)
+def _target_column(X: np.ndarray, y: np.ndarray, x_name: str, y_name: str) -> np.ndarray:
+    """y as a 1-D array (an (n, 1) column is flattened) with one entry per row of X."""
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
         raise InputError(f"{y_name} must be 1-D (n_samples,), got shape {y.shape}")
     if len(y) != len(X):
         raise InputError(f"{x_name} has {len(X)} rows but {y_name} has {len(y)}; they must match")
+    return y
+
+
+def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y"):
+    """Validated (X, y) for fitting: finite, 2-D X, 1-D y of the same length, y not constant."""
+    X = check_X(X, name=x_name)
+    y = _target_column(X, _as_float_array(y, y_name), x_name, y_name)
     if len(y) < min_rows:
         raise InputError(f"need at least {min_rows} rows to fit, got {len(y)}")
     if np.ptp(y) == 0:
@@ -72,13 +77,7 @@ def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y"):
 def check_labels(X, y, x_name: str = "X", y_name: str = "y", min_classes: int = 2, n_features: int | None = None):
     """Validated (X, labels) for a classifier: integer class labels (any values), at least ``min_classes``."""
     X = check_X(X, n_features=n_features, name=x_name)
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise InputError(f"{y_name} must be 1-D (n_samples,), got shape {y.shape}")
-    if len(y) != len(X):
-        raise InputError(f"{x_name} has {len(X)} rows but {y_name} has {len(y)}; they must match")
+    y = _target_column(X, np.asarray(y), x_name, y_name)
     if y.dtype.kind not in "iub":
         as_float = _as_float_array(y, y_name) if y.dtype.kind == "f" else None
         if as_float is None or np.any(as_float != np.round(as_float)):

@@ -15,7 +15,29 @@ from neuralgp.models.calibration import fit_temperature, mc_softmax
 PREDICT_CHUNK = 8192
 
 
-class NeuralGPRegressor(RegressorMixin, BaseEstimator):
+class SavedModel:
+    """``save(path)`` / ``neuralgp.load(path)`` for every estimator: class, parameters, input scaler, the
+    subclass's ``_payload_extras()`` and ``_fitted_state()`` (restored by ``_load_extras`` and ``_restore``)."""
+
+    def save(self, path):
+        """Save everything needed to predict (not the training data, unless the method needs it) to ``path``."""
+        self._check_fitted()
+        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
+                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
+                   **self._payload_extras(), "fitted": self._fitted_state()}
+        return save_model(payload, path)
+
+    @classmethod
+    def _from_payload(cls, payload: dict):
+        model = cls(**payload["params"])
+        model.n_features_in_ = int(payload["n_features_in"])
+        model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
+        model._load_extras(payload)
+        model._restore(payload["fitted"])
+        return model
+
+
+class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     """Subclasses implement ``_fit_scaled(X, y, X_val, y_val)`` and ``_predict_scaled(X) -> (mean, var_f, var_y)``
     on scaled float64 arrays, and ``_fitted_state()`` / ``_restore(state)`` for save and load."""
 
@@ -107,32 +129,20 @@ class NeuralGPRegressor(RegressorMixin, BaseEstimator):
         return dist["mean"]
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, path):
-        """Save everything needed to predict (not the training data) to ``path``."""
-        self._check_fitted()
-        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
-                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
-                   "y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale,
-                   "fitted": self._fitted_state()}
-        return save_model(payload, path)
+    def _payload_extras(self) -> dict:
+        return {"y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale}
 
-    @classmethod
-    def _from_payload(cls, payload: dict):
-        model = cls(**payload["params"])
-        model.n_features_in_ = int(payload["n_features_in"])
-        model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
-        model.y_scaler_ = Scaler.from_state(payload["y_scaler"])
+    def _load_extras(self, payload: dict):
+        self.y_scaler_ = Scaler.from_state(payload["y_scaler"])
         if payload.get("variance_scale", 1.0) != 1.0:  # files from before recalibration existed have none
-            model.variance_scale_ = float(payload["variance_scale"])
-        model._restore(payload["fitted"])
-        return model
+            self.variance_scale_ = float(payload["variance_scale"])
 
     @staticmethod
     def _tensor(a, dtype=torch.float32, device="cpu"):
         return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
 
 
-class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
+class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
     """Subclasses implement ``_fit_scaled(X, labels, n_classes)`` on scaled inputs and labels 0..C−1,
     ``_latent_samples(X) -> (S, m, C)`` draws of the class scores f (probabilities are E[softmax(f/T)]),
     and ``_fitted_state()`` / ``_restore(state)``. Any integer labels are accepted and given back."""
@@ -165,9 +175,12 @@ class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
         self.temperature_ = fit_temperature(f, np.searchsorted(self.classes_, np.asarray(y_cal)))
         return self
 
-    def _scaled(self, X) -> np.ndarray:
+    def _check_fitted(self):
         if not hasattr(self, "classes_"):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    def _scaled(self, X) -> np.ndarray:
+        self._check_fitted()
         return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
 
     def predict_proba(self, X) -> np.ndarray:
@@ -178,24 +191,12 @@ class NeuralGPClassifier(ClassifierMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         return self.classes_[self.predict_proba(X).argmax(1)]
 
-    def save(self, path):
-        """Save everything needed to predict (not the training data) to ``path``."""
-        self._scaled(np.zeros((1, getattr(self, "n_features_in_", 1))))  # raises if not fitted
-        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
-                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
-                   "classes": torch.as_tensor(self.classes_), "temperature": self.temperature_,
-                   "fitted": self._fitted_state()}
-        return save_model(payload, path)
+    def _payload_extras(self) -> dict:
+        return {"classes": torch.as_tensor(self.classes_), "temperature": self.temperature_}
 
-    @classmethod
-    def _from_payload(cls, payload: dict):
-        model = cls(**payload["params"])
-        model.n_features_in_ = int(payload["n_features_in"])
-        model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
-        model.classes_ = payload["classes"].numpy()
-        model.temperature_ = float(payload["temperature"])
-        model._restore(payload["fitted"])
-        return model
+    def _load_extras(self, payload: dict):
+        self.classes_ = payload["classes"].numpy()
+        self.temperature_ = float(payload["temperature"])
 
     def _tensor(self, a) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)

@@ -104,6 +104,19 @@ class _FMGPMixin:
         self.training_subset_sizes_ = [len(s) for s in subsets]
         m.eval()
 
+    def _fitted_state(self) -> dict:
+        return {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()}, "n_iter": self.n_iter_,
+                "chol": self.posterior_.chol.cpu(), "weights_mean": self.posterior_.weights_mean.cpu()}
+
+    def _restore_module(self, state: dict, n_outputs: int):
+        """The network and σ's from ``state`` (initial values are overwritten), the posterior from its cached factor."""
+        self.module_ = m = self._new_module(self.n_features_in_, n_outputs, self.noise_min + 1.0)
+        m.load_state_dict(state["module"])
+        m.eval()
+        self.n_iter_ = state["n_iter"]
+        self.posterior_ = ExactPosterior.from_factor(state["chol"].to(self.device), state["weights_mean"].to(self.device),
+                                                     m.noise().detach(), m.outputscale().detach())
+
     def _features_scaled(self, Xt) -> torch.Tensor:
         with torch.no_grad():
             return torch.cat([self.module_(Xt[i:i + CHUNK]) for i in range(0, len(Xt), CHUNK)])
@@ -188,19 +201,8 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self._check_fitted()
         return float(self.posterior_.noise) * self._y_scale ** 2 * self.variance_scale
 
-    # -- persistence -------------------------------------------------------------------------------
-    def _fitted_state(self) -> dict:
-        return {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()}, "n_iter": self.n_iter_,
-                "chol": self.posterior_.chol.cpu(), "weights_mean": self.posterior_.weights_mean.cpu()}
-
     def _restore(self, state: dict):
-        self.module_ = self._new_module(self.n_features_in_, 1, self.noise_init)
-        self.module_.load_state_dict(state["module"])
-        self.module_.eval()
-        self.n_iter_ = state["n_iter"]
-        m = self.module_
-        self.posterior_ = ExactPosterior.from_factor(state["chol"].to(self.device), state["weights_mean"].to(self.device),
-                                                     m.noise().detach(), m.outputscale().detach())
+        self._restore_module(state, n_outputs=1)
 
 
 @register
@@ -278,16 +280,5 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
         mean, var_f = self._latent(Xs)
         return softmax_samples(mean.float(), var_f.float(), self.n_samples, self.seed)
 
-    # -- persistence -------------------------------------------------------------------------------
-    def _fitted_state(self) -> dict:
-        return {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()}, "n_iter": self.n_iter_,
-                "chol": self.posterior_.chol.cpu(), "weights_mean": self.posterior_.weights_mean.cpu()}
-
     def _restore(self, state: dict):
-        self.module_ = self._new_module(self.n_features_in_, len(self.classes_), 1.0)
-        self.module_.load_state_dict(state["module"])
-        self.module_.eval()
-        self.n_iter_ = state["n_iter"]
-        m = self.module_
-        self.posterior_ = ExactPosterior.from_factor(state["chol"].to(self.device), state["weights_mean"].to(self.device),
-                                                     m.noise().detach(), m.outputscale().detach())
+        self._restore_module(state, n_outputs=len(self.classes_))
