@@ -60,6 +60,20 @@ def test_constant_norm_features_have_uniform_prior_variance():
     assert model._uses_normalized_features() and not model._trace_regulariser()
 
 
+def test_constant_norm_backward_matches_autograd_of_the_formula():
+    from neuralgp.features import ConstantNorm
+    torch.manual_seed(0)
+    g = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
+    scale = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    fused = ConstantNorm._unit_rows
+    assert torch.autograd.gradcheck(lambda g, s: fused(g, s, 1e-12), (g, scale))
+    w = torch.randn(9, 5, dtype=torch.float64)
+    reference = torch.autograd.grad((scale * g / g.norm(dim=-1, keepdim=True) * w).sum(), (g, scale))
+    ours = torch.autograd.grad((fused(g, scale, 1e-12) * w).sum(), (g, scale))
+    for a, b in zip(reference, ours):
+        assert torch.allclose(a, b, atol=1e-14)
+
+
 @pytest.mark.parametrize("inference", ["exact", "svi"])
 def test_save_load_round_trip_without_training_data(tmp_path, inference):
     X, y = toy()
