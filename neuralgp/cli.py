@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu")
     b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite table.md and the plot from OUT/results.jsonl (e.g. after merging runs)")
 
     ds = sub.add_parser("datasets", help="list the data sets available here with n and d")
     ds.add_argument("--data-root", default=None)
@@ -181,7 +183,7 @@ def _cmd_bench(args):
         out = run_suite(args.suite, args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),
                         seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
                         dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
-                        budget_s=args.budget, device=args.device, root=args.data_root)
+                        budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only)
         print((out / "table.md").read_text())
         print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
         return

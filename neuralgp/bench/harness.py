@@ -202,7 +202,12 @@ def read_records(path: Path) -> list[dict]:
 
 
 def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, quick: bool = False,
-              budget_s: float = 1800.0, device: str = "cpu", root=None, verbose: bool = True) -> Path:
+              budget_s: float = 1800.0, device: str = "cpu", root=None, verbose: bool = True,
+              report_only: bool = False) -> Path:
+    """Run the missing (model, dataset, seed) jobs of a suite, then write ``table.md`` and the plot.
+
+    ``report_only`` runs nothing and rewrites the report from the records already in ``out``.
+    """
     suite = SUITES[name]
     seeds = ([0] if quick else suite.seeds) if seeds is None else seeds
     dataset_names = dataset_names or (suite.quick_datasets if quick else suite.datasets)
@@ -215,8 +220,8 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
     results = out / "results.jsonl"
     done = {(r["model"], r["dataset"], r["seed"], r["quick"]) for r in read_records(results)}
     env = environment()
-    jobs = [(d, s, m) for d in dataset_names for s in seeds for m in model_names
-            if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
+    jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds for m in model_names
+                                   if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
               **(QUICK["common"] if quick else {})}
     loaded = {}
@@ -243,6 +248,8 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
         with open(results, "a") as fh:
             fh.write(json.dumps(record) + "\n")
     records = [r for r in read_records(results) if r["quick"] == quick]
+    if not records:
+        raise ValueError(f"{results} holds no {'quick ' if quick else ''}records to report")
     if suite.columns:
         report, draw = metric_table, metric_plot
     elif suite.name == "dbk-scaling":
@@ -262,17 +269,30 @@ def _fmt(values) -> str:
     return f"{statistics.mean(values):.4f} ({statistics.stdev(values):.4f})"
 
 
+def _run_on(records: list[dict]) -> str:
+    """Where and under which budget the runs of a row ran, e.g. 'cpu, 1 thread, 120 s'."""
+    where = set()
+    for r in records:
+        device = "cpu" if r.get("device", "cpu") == "cpu" else r["device"].replace("NVIDIA ", "")
+        threads = r.get("threads")
+        where.add(f"{device}" + (f", {threads} thread{'s' if threads != 1 else ''}" if device == "cpu" and threads
+                                 else "") + f", {r.get('budget_s', 0):.0f} s")
+    return "; ".join(sorted(where))
+
+
 def table(suite: Suite, records: list[dict]) -> str:
     """Paper layout: per dataset, the exact and the SVI group; mean (std) over seeds, paper beside ours, best bold."""
     lines = [f"# {suite.name}: ours beside the paper's (p.) numbers",
              "", "Mean (std) over seeds; **bold** = our best in the group; † = some seeds hit the time budget; "
-             "'skipped'/'failed' rows give the reason in results.jsonl. Metrics on standardised targets.", ""]
+             "'skipped'/'failed' rows give the reason in results.jsonl. Metrics on standardised targets; "
+             "iterations = full-batch steps, or epochs for SVGP/SVDKL/SVDBK.", ""]
     for dataset in sorted({r["dataset"] for r in records}, key=lambda d: suite.datasets.index(d)
                           if d in suite.datasets else 99):
         paper = suite.paper(dataset) if suite.paper else {}
         lines += [f"## {dataset}", "",
-                  "| model | seeds | MAE | p. MAE | RMSE | p. RMSE | NLL | p. NLL | train s | p. s | peak MB | status |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| model | seeds | MAE | p. MAE | RMSE | p. RMSE | NLL | p. NLL | train s | p. s | iterations | peak MB "
+                  "| status | run on |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for group in (EXACT_GROUP, SVI_GROUP):
             rows = {m: [r for r in records if r["dataset"] == dataset and r["model"] == m] for m in group}
             rows = {m: rs for m, rs in rows.items() if rs}
@@ -290,8 +310,10 @@ def table(suite: Suite, records: list[dict]) -> str:
                 peak = [x["peak_memory_mb"] for x in rs if x.get("peak_memory_mb")]
                 statuses = sorted({x["status"] for x in rs})
                 mark = " †" if "time-capped" in statuses else ""
+                its = [x["iterations"] for x in ok[m]]
                 cells += [f"{statistics.mean(secs):.1f}" if secs else "–", p[3],
-                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses)]
+                          f"{statistics.mean(its):.0f}" if its else "–",
+                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses), _run_on(rs)]
                 lines.append(f"| {m}{mark} | {len(ok[m])}/{len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
