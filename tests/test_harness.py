@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from neuralgp.bench.harness import DBK_TABLE1_MODELS, read_records, run_suite
 from neuralgp.cli import main
 
@@ -21,11 +23,10 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
     table = (out / "table.md").read_text()
     assert "| DBK | 1/1 |" in table and "0.0583 (0.0018)" in table  # the paper's DBK RMSE on pol beside ours
     assert (out / "metrics.png").stat().st_size > 5000
-    assert "cpu, " in table and " 300 s |" not in table  # the row says where it ran and under which budget
+    assert "1800 s |" in table  # each row says where it ran and under which budget
 
 
 def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
-    import pytest
     record = {"suite": "dbk-table1", "model": "SVGP", "dataset": "uci/pol", "seed": 3, "quick": False,
               "status": "time-capped", "rmse": 0.2, "mae": 0.1, "nll": 0.3, "train_seconds": 120.0,
               "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0}
@@ -54,21 +55,6 @@ def test_scaling_quick_suite(tmp_path):
     assert "| 1e+02 | DBK |" in table and "| 1e+03 | GP |" in table
     assert all(r["peak_memory_mb"] > 0 for r in read_records(out / "results.jsonl"))
     assert (out / "metrics.png").stat().st_size > 5000
-    assert "cpu, " in table and " 300 s |" not in table  # the row says where it ran and under which budget
-
-
-def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
-    import pytest
-    record = {"suite": "dbk-table1", "model": "SVGP", "dataset": "uci/pol", "seed": 3, "quick": False,
-              "status": "time-capped", "rmse": 0.2, "mae": 0.1, "nll": 0.3, "train_seconds": 120.0,
-              "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0}
-    with pytest.raises(ValueError, match="no records"):
-        run_suite("dbk-table1", tmp_path, report_only=True, verbose=False)
-    (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
-    run_suite("dbk-table1", tmp_path, report_only=True, verbose=False)
-    assert len(read_records(tmp_path / "results.jsonl")) == 1  # nothing ran
-    row = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| SVGP"))
-    assert row.startswith("| SVGP † | 1/1 | **0.1000** |") and "| 40 |" in row and row.endswith("| cpu, 1 thread, 120 s |")
 
 
 def test_fmgp_quick_suites_recalibrate_and_show_the_paper(tmp_path):
