@@ -168,6 +168,18 @@ def test_classifier_probabilities_temperature_and_persistence(tmp_path):
     np.testing.assert_array_equal(load(tmp_path / "c.pt").predict_proba(X_cal), clf.predict_proba(X_cal))
 
 
+def test_classifier_full_data_statistics_in_chunks_equal_one_pass(monkeypatch):
+    import neuralgp.models.fmgp as fmgp
+    X, y = classification_toy(90)
+    one = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
+    monkeypatch.setattr(fmgp, "CHUNK", 16)  # 6 chunks, the last one partial
+    chunked = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
+    a, b = one.posterior_.stats, chunked.posterior_.stats
+    assert a.n == b.n == 90
+    for x, z in ((a.A, b.A), (a.b, b.b), (a.c, b.c), (a.logdet_d, b.logdet_d)):
+        torch.testing.assert_close(x, z, rtol=1e-10, atol=1e-10)
+
+
 def test_classifier_bad_input():
     X, y = classification_toy(40)
     clf = FMGPClassifier(n_features=4, hidden=8, max_iter=2, verbose=False)

@@ -254,16 +254,19 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
             Xt, lt = self._tensor(X), torch.as_tensor(labels, device=self.device)
 
             def subset_lml(psi, idx):
-                return self._posterior(psi, lt[idx]).log_marginal_likelihood().sum()
+                return self._posterior(class_gram(psi, lt[idx], C)).log_marginal_likelihood().sum()
 
             self._train_on_subsets(Xt, len(labels), subset_lml)
-            with torch.no_grad():
-                self.posterior_ = self._posterior(self._features_scaled(Xt), lt)
+            with torch.no_grad():  # full-data statistics, chunk by chunk: O(chunk · width) memory
+                per_class = None
+                for start in range(0, len(labels), CHUNK):
+                    part = class_gram(self._features_scaled(Xt[start:start + CHUNK]), lt[start:start + CHUNK], C)
+                    per_class = part if per_class is None else per_class + part
+                self.posterior_ = self._posterior(per_class)
 
-    def _posterior(self, psi, labels) -> ExactPosterior:
+    def _posterior(self, per_class) -> ExactPosterior:
         m = self.module_
-        stats = dirichlet_stats(class_gram(psi, labels, len(m.class_mean)), m.class_mean, self.heteroscedastic,
-                                self.alpha_eps)
+        stats = dirichlet_stats(per_class, m.class_mean, self.heteroscedastic, self.alpha_eps)
         return ExactPosterior(stats, m.noise(), m.outputscale())
 
     def predict_latent(self, X) -> tuple[np.ndarray, np.ndarray]:
