@@ -1,5 +1,7 @@
 """GPyTorch peers: same estimator contract, and the exact GP equals scikit-learn's with the same hyper-parameters."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -74,3 +76,18 @@ def test_float64_option():
     model = ExactGPRegressor(dtype="float64", **FAST).fit(X, y)
     assert model.model_.covar_module.outputscale.dtype == torch.float64
     assert np.all(np.isfinite(model.predict(X[:5])))
+
+
+def test_exact_step_redone_without_preconditioner_when_it_breaks_down(monkeypatch):
+    import gpytorch
+    original = gpytorch.mlls.ExactMarginalLogLikelihood.forward
+
+    def nan_when_preconditioned(self, *args, **kwargs):  # what GPyTorch's float32 preconditioner does to DKL on pol
+        value = original(self, *args, **kwargs)
+        return value * math.nan if gpytorch.settings.max_preconditioner_size.value() > 0 else value
+
+    monkeypatch.setattr(gpytorch.mlls.ExactMarginalLogLikelihood, "forward", nan_when_preconditioned)
+    X, y = toy()
+    model = ExactGPRegressor(max_iter=5, verbose=False).fit(X, y)
+    assert model.unpreconditioned_steps_ == model.n_iter_ == 5
+    assert np.isfinite(model.predict(X)).all()

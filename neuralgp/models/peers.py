@@ -227,15 +227,26 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         modules.train()
         Xt, yt = self.model_.train_inputs[0], self.model_.train_targets
 
+        self.unpreconditioned_steps_ = 0
+
         def step():
-            opt.zero_grad(set_to_none=True)
-            try:
-                loss = -mll(self.model_(Xt), yt)
-            except NUMERICAL_ERRORS:  # float32 Cholesky/CG break-down: stop and restore the last checked state
-                return math.nan
-            loss.backward()
-            opt.step()
-            return loss.item()
+            # GPyTorch's float32 pivoted-Cholesky preconditioner can turn the loss into NaN when the kernel is
+            # nearly low-rank (DKL's first steps on pol); such a step is redone without the preconditioner.
+            for precondition in (True, False):
+                opt.zero_grad(set_to_none=True)
+                with contextlib.ExitStack() as stack:
+                    if not precondition:
+                        stack.enter_context(gpytorch.settings.max_preconditioner_size(0))
+                    try:
+                        loss = -mll(self.model_(Xt), yt)
+                    except NUMERICAL_ERRORS:
+                        continue
+                    if torch.isfinite(loss):
+                        loss.backward()
+                        opt.step()
+                        self.unpreconditioned_steps_ += not precondition
+                        return loss.item()
+            return math.nan  # a break-down either way: training stops and restores the last checked state
 
         return train(modules, step, self.max_iter, validate, eval_every=self.eval_every or 100,
                      patience=self.patience or 2000, verbose=self.verbose, desc=type(self).__name__,
