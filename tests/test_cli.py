@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from neuralgp.bench.speed import dbk_speed
+from neuralgp.bench.speed import dbk_speed, format_speed
 from neuralgp.cli import main
 
 
@@ -80,3 +80,5 @@ def test_speed_benchmark_runs():
     res = dbk_speed(dataset="uci/yacht", blocks=1, steps_per_block=2)
     assert res["dbk_ms"] > 0 and res["plain_ms"] > 0 and res["ratio"] == res["dbk_ms"] / res["plain_ms"]
     assert res["ratio_float32_gram"] == res["dbk_float32_gram_ms"] / res["plain_ms"]
+    assert 0 < res["gp_head_float32_gram_ms"] and 0 < res["gp_head_ms"] < res["dbk_ms"]
+    assert "GP head alone" in format_speed(res)
