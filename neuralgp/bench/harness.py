@@ -273,10 +273,10 @@ def _run_on(records: list[dict]) -> str:
     """Where and under which budget the runs of a row ran, e.g. 'cpu, 1 thread, 120 s'."""
     where = set()
     for r in records:
-        device = "cpu" if r.get("device", "cpu") == "cpu" else r["device"].replace("NVIDIA ", "")
-        threads = r.get("threads")
-        where.add(f"{device}" + (f", {threads} thread{'s' if threads != 1 else ''}" if device == "cpu" and threads
-                                 else "") + f", {r.get('budget_s', 0):.0f} s")
+        device, threads = r.get("device", "cpu").replace("NVIDIA ", ""), r.get("threads")
+        if device == "cpu" and threads:
+            device += f", {threads} thread" + ("s" if threads != 1 else "")
+        where.add(f"{device}, {r.get('budget_s', 0):.0f} s")
     return "; ".join(sorted(where))
 
 

@@ -111,8 +111,6 @@ class ConstantNorm(nn.Module):
             self.register_buffer("log_scale", log_scale)
         self.eps = eps
 
-    _unit_rows = staticmethod(_ScaledUnitRows.apply)
-
     def forward(self, x):
         g = self.net(x)
-        return self._unit_rows(g, torch.exp(self.log_scale).to(g.dtype), self.eps)
+        return _ScaledUnitRows.apply(g, torch.exp(self.log_scale).to(g.dtype), self.eps)

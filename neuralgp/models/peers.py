@@ -234,9 +234,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
             # nearly low-rank (DKL's first steps on pol); such a step is redone without the preconditioner.
             for precondition in (True, False):
                 opt.zero_grad(set_to_none=True)
-                with contextlib.ExitStack() as stack:
-                    if not precondition:
-                        stack.enter_context(gpytorch.settings.max_preconditioner_size(0))
+                with contextlib.nullcontext() if precondition else gpytorch.settings.max_preconditioner_size(0):
                     try:
                         loss = -mll(self.model_(Xt), yt)
                     except NUMERICAL_ERRORS:
