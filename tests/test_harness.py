@@ -6,6 +6,7 @@ import pytest
 
 from neuralgp.bench.harness import DBK_TABLE1_MODELS, read_records, run_suite
 from neuralgp.cli import main
+from neuralgp.errors import InputError
 
 
 def test_quick_suite_records_resumes_and_tabulates(tmp_path):
@@ -30,8 +31,9 @@ def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
     record = {"suite": "dbk-table1", "model": "SVGP", "dataset": "uci/pol", "seed": 3, "quick": False,
               "status": "time-capped", "rmse": 0.2, "mae": 0.1, "nll": 0.3, "train_seconds": 120.0,
               "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0}
-    with pytest.raises(ValueError, match="no records"):
-        run_suite("dbk-table1", tmp_path, report_only=True, verbose=False)
+    with pytest.raises(InputError, match="no records"):
+        run_suite("dbk-table1", tmp_path / "none", report_only=True, verbose=False)
+    assert not (tmp_path / "none").exists()  # nothing written
     (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
     run_suite("dbk-table1", tmp_path, report_only=True, verbose=False)
     assert len(read_records(tmp_path / "results.jsonl")) == 1  # nothing ran

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from neuralgp import datasets
+from neuralgp.errors import InputError
 from neuralgp.bench.evaluate import evaluate_classification, evaluate_regression
 from neuralgp.bench.paper_tables import FMGP_ABLATION, FMGP_CLASSIFICATION, FMGP_REGRESSION, dbk_table1
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
@@ -214,10 +215,13 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
     model_names = model_names or list(suite.models)
     unknown = [m for m in model_names if m not in suite.models]
     if unknown:
-        raise ValueError(f"unknown models {unknown}; {name} has {list(suite.models)}")
+        raise InputError(f"unknown models {unknown}; {name} has {list(suite.models)}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
+    if report_only and not any(r["quick"] == quick for r in read_records(results)):
+        raise InputError(f"{results} holds no {'quick ' if quick else ''}records to report; run the suite "
+                         f"into {out} first (or drop --report-only)")
+    out.mkdir(parents=True, exist_ok=True)
     done = {(r["model"], r["dataset"], r["seed"], r["quick"]) for r in read_records(results)}
     env = environment()
     jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds for m in model_names
@@ -248,8 +252,6 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
         with open(results, "a") as fh:
             fh.write(json.dumps(record) + "\n")
     records = [r for r in read_records(results) if r["quick"] == quick]
-    if not records:
-        raise ValueError(f"{results} holds no {'quick ' if quick else ''}records to report")
     if suite.columns:
         report, draw = metric_table, metric_plot
     elif suite.name == "dbk-scaling":
