@@ -79,6 +79,8 @@ def test_demo_smoke(tmp_path, capsys):
 def test_speed_benchmark_runs():
     res = dbk_speed(dataset="uci/yacht", blocks=1, steps_per_block=2)
     assert res["dbk_ms"] > 0 and res["plain_ms"] > 0 and res["ratio"] == res["dbk_ms"] / res["plain_ms"]
-    assert res["ratio_float32_gram"] == res["dbk_float32_gram_ms"] / res["plain_ms"]
-    assert 0 < res["gp_head_float32_gram_ms"] and 0 < res["gp_head_ms"] < res["dbk_ms"]
-    assert "GP head alone" in format_speed(res)
+    for p in ("float64", "mixed", "float32"):
+        assert res["ratio_by_precision"][p] == res["dbk_ms_by_precision"][p] / res["plain_ms"]
+        assert 0 < res["gp_head_ms_by_precision"][p] < res["dbk_ms_by_precision"][p]
+    assert res["dbk_ms"] == res["dbk_ms_by_precision"][res["default_precision"]]
+    assert "GP head alone" in format_speed(res) and "<- default" in format_speed(res)

@@ -54,7 +54,7 @@ def test_bad_hyperparameters():
     for params, message in [({"inference": "mcmc"}, "inference must be"), ({"backbone": "cnn"}, "unknown backbone"),
                             ({"activation": "swishy"}, "unknown activation"), ({"rank": 0}, "rank must be"),
                             ({"noise_init": 1e-7}, "must exceed noise_min"),
-                            ({"training_gram_dtype": "float16"}, "training_gram_dtype must be"),
+                            ({"training_gram_precision": "float16"}, "training_gram_precision must be"),
                             ({"inference": "svi", "variational_family": "x"}, "unknown variational family")]:
         model = DBKRegressor(**{**FAST, **params})
         with pytest.raises(ValueError, match=message):

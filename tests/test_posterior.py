@@ -257,10 +257,32 @@ def test_poisson_svi_recovers_rates():
     assert math.isfinite(q.kl_divergence().item())
 
 
-def test_float32_gram_is_close_and_returned_in_float64():
-    phi, y = problem(n=5000, r=8)
-    exact = gram_stats(phi, y)
-    fast = gram_stats(phi.float(), y, dtype=torch.float32)
-    assert fast.A.dtype == torch.float64
-    torch.testing.assert_close(fast.A, gram_stats(phi.float().double(), y).A, rtol=1e-5, atol=1e-3)
-    assert exact.A.dtype == torch.float64
+def test_reduced_precision_grams_are_close_returned_in_float64_and_mixed_is_closer():
+    torch.manual_seed(0)
+    n, r = 20_000 + 77, 16  # not a multiple of the mixed block: the tail is summed too
+    phi = torch.randn(n, r) + 2.0  # a large common offset: float32 sums lose digits
+    y, d = torch.randn(n, dtype=torch.float64), torch.rand(n, dtype=torch.float64) + 0.5
+    reference = gram_stats(phi.double(), y.float().double(), d.float().double())
+    errors = {}
+    for precision in ("mixed", "float32"):
+        s = gram_stats(phi, y, d, precision=precision)
+        assert s.A.dtype == s.b.dtype == s.c.dtype == torch.float64
+        errors[precision] = (s.A - reference.A).abs().max().item() / reference.A.abs().max().item()
+        torch.testing.assert_close(s.b, reference.b, rtol=1e-5, atol=1e-3)
+    assert errors["float32"] < 1e-5 and errors["mixed"] < errors["float32"] / 5, errors
+    exact = gram_stats(phi, y, d)  # float64 keeps y and d unrounded
+    torch.testing.assert_close(exact.A, gram_stats(phi.double(), y, d).A, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(exact.b, gram_stats(phi.double(), y, d).b, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("precision", ["float64", "mixed", "float32"])
+def test_gram_gradient_is_the_same_at_every_precision(precision):
+    torch.manual_seed(1)
+    phi = torch.randn(700, 5, dtype=torch.float64, requires_grad=True)
+    y, d = torch.randn(700, dtype=torch.float64), torch.rand(700, dtype=torch.float64) + 0.5
+    weights = torch.randn(6, 6, dtype=torch.float64)
+    s = gram_stats(phi, y, d, precision=precision)
+    ((s.A * weights[:5, :5]).sum() + (s.b * weights[5, :5]).sum()).backward()
+    w_a, w_b = weights[:5, :5], weights[5, :5]  # ∂/∂Φ of ⟨W, ΦᵀD⁻¹Φ⟩ + ⟨w, ΦᵀD⁻¹y⟩
+    expected = (phi.detach() @ (w_a + w_a.T) + torch.outer(y, w_b)) / d[:, None]
+    torch.testing.assert_close(phi.grad, expected, rtol=1e-10, atol=1e-10)

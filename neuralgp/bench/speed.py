@@ -1,8 +1,8 @@
 """`neuralgp bench dbk-speed`: time of one full-batch training step, DBK vs the same network with MSE.
 
 Both models share the feature network (backbone with r outputs); DBK puts the exact GP on top
-(eq. 5, O(n r²)), the plain network a linear layer r → 1 trained by mean squared error. DBK is timed
-with the default float64 Gram matrix and with ``training_gram_dtype="float32"``. Steps are timed in
+(eq. 5, O(n r²)), the plain network a linear layer r → 1 trained by mean squared error. DBK is timed with each
+``training_gram_precision`` (float64, mixed, float32). Steps are timed in
 interleaved blocks so that machine noise hits all alike; the median block is reported. The GP head
 alone (statistics, Cholesky, log-likelihood and its gradient to a fixed Φ) is timed too: it is what
 DBK adds to the network's step.
@@ -23,7 +23,7 @@ from neuralgp import datasets
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.dbk import DBKRegressor, exact_objective
 from neuralgp.models.peers import ExactGPRegressor, GPyTorchDBKRegressor
-from neuralgp.posterior import ExactPosterior, gram_stats
+from neuralgp.posterior import PRECISIONS, ExactPosterior, gram_stats
 from neuralgp.train import adam
 
 
@@ -68,9 +68,9 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_p
     plain = nn.Sequential(est.build_module(X.shape[1]).net, nn.Linear(est.rank, 1))
     plain_opt = adam(plain, plain[0], est.lr, est.weight_decay)
 
-    def dbk_step(gram_dtype):
+    def dbk_step(precision):
         dbk_opt.zero_grad(set_to_none=True)
-        (-exact_objective(dbk, X, y64, est._trace_regulariser(), gram_dtype) / n).backward()
+        (-exact_objective(dbk, X, y64, est._trace_regulariser(), precision) / n).backward()
         dbk_opt.step()
 
     def plain_step():
@@ -81,14 +81,14 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_p
     with torch.no_grad():
         phi = dbk(X).requires_grad_(True)  # a leaf: time the GP head alone, without the network
 
-    def head_only(gram_dtype):  # statistics, Cholesky, log-likelihood and the gradient back to Φ
+    def head_only(precision):  # statistics, Cholesky, log-likelihood and the gradient back to Φ
         phi.grad = None
-        (-ExactPosterior(gram_stats(phi, y64, dtype=gram_dtype), dbk.noise()).log_marginal_likelihood() / n).backward()
+        (-ExactPosterior(gram_stats(phi, y64, precision=precision), dbk.noise()).log_marginal_likelihood() / n).backward()
 
-    steps = {"plain": plain_step, "dbk": lambda: dbk_step(torch.float64),
-             "dbk_float32_gram": lambda: dbk_step(torch.float32),
-             "gpytorch_dbk": _gpytorch_step(GPyTorchDBKRegressor, X, y32, seed),
-             "gp_head": lambda: head_only(torch.float64), "gp_head_float32_gram": lambda: head_only(torch.float32)}
+    steps = {"plain": plain_step, "gpytorch_dbk": _gpytorch_step(GPyTorchDBKRegressor, X, y32, seed)}
+    for p in PRECISIONS:
+        steps[f"dbk_{p}"] = lambda p=p: dbk_step(p)
+        steps[f"head_{p}"] = lambda p=p: head_only(p)
     for step in steps.values():  # warm-up
         _timed_steps(step, 3)
     times = {name: [] for name in steps}
@@ -99,32 +99,35 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 11, steps_p
     exact_gp = _gpytorch_step(ExactGPRegressor, X, y32, seed)  # seconds per step: timed alone, few steps
     exact_gp()
     ms["exact_gp"] = 1e3 * _timed_steps(exact_gp, gp_steps)
+    default = est.training_gram_precision
     return {"dataset": dataset, "n_train": n, "rank": est.rank, "backbone": est.backbone,
-            "plain_ms": ms["plain"], "dbk_ms": ms["dbk"], "dbk_float32_gram_ms": ms["dbk_float32_gram"],
-            "gpytorch_dbk_ms": ms["gpytorch_dbk"], "exact_gp_ms": ms["exact_gp"],
-            "gp_head_ms": ms["gp_head"], "gp_head_float32_gram_ms": ms["gp_head_float32_gram"],
-            "ratio": ms["dbk"] / ms["plain"], "ratio_float32_gram": ms["dbk_float32_gram"] / ms["plain"],
-            "speedup_vs_gpytorch_dbk": ms["gpytorch_dbk"] / ms["dbk"],
-            "speedup_vs_gpytorch_dbk_float32_gram": ms["gpytorch_dbk"] / ms["dbk_float32_gram"], "speedup_vs_exact_gp": ms["exact_gp"] / ms["dbk"],
-            "gp_steps": gp_steps,
-            "blocks_ms": {name: [1e3 * x for x in t] for name, t in times.items()},
+            "default_precision": default, "plain_ms": ms["plain"], "dbk_ms": ms[f"dbk_{default}"],
+            "ratio": ms[f"dbk_{default}"] / ms["plain"],
+            "dbk_ms_by_precision": {p: ms[f"dbk_{p}"] for p in PRECISIONS},
+            "ratio_by_precision": {p: ms[f"dbk_{p}"] / ms["plain"] for p in PRECISIONS},
+            "gp_head_ms_by_precision": {p: ms[f"head_{p}"] for p in PRECISIONS},
+            "gpytorch_dbk_ms": ms["gpytorch_dbk"], "speedup_vs_gpytorch_dbk": ms["gpytorch_dbk"] / ms[f"dbk_{default}"],
+            "exact_gp_ms": ms["exact_gp"], "speedup_vs_exact_gp": ms["exact_gp"] / ms[f"dbk_{default}"],
+            "gp_steps": gp_steps, "blocks_ms": {name: [1e3 * x for x in t] for name, t in times.items()},
             "threads": torch.get_num_threads(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
             "cpu_count": os.cpu_count(), "torch": torch.__version__, "numpy": np.__version__, "seed": seed,
             "blocks": blocks, "steps_per_block": steps_per_block}
 
 
 def format_speed(res: dict) -> str:
-    return (f"dbk-speed on {res['dataset']} (n = {res['n_train']}, r = {res['rank']}, {res['backbone']} backbone, "
-            f"{res['threads']} threads, {res['machine']}, torch {res['torch']})\n"
-            f"  plain network (MSE) step:          {res['plain_ms']:.1f} ms\n"
-            f"  DBK exact step (float64 Gram):     {res['dbk_ms']:.1f} ms   ratio {res['ratio']:.3f}\n"
-            f"  DBK exact step (float32 Gram):     {res['dbk_float32_gram_ms']:.1f} ms   ratio "
-            f"{res['ratio_float32_gram']:.3f}\n"
-            f"  same model in GPyTorch (LinearKernel): {res['gpytorch_dbk_ms']:.1f} ms   DBK is "
-            f"{res['speedup_vs_gpytorch_dbk']:.2f}x faster ({res['speedup_vs_gpytorch_dbk_float32_gram']:.2f}x "
-            f"with the float32 Gram)\n"
-            f"  GPyTorch exact RBF-ARD GP (CG 512):  {res['exact_gp_ms']:.0f} ms   DBK is "
-            f"{res['speedup_vs_exact_gp']:.0f}x faster  (mean of {res['gp_steps']} steps)\n"
-            f"  of which the GP head alone (Gram statistics, r×r Cholesky, log-likelihood, gradient to Φ): "
-            f"{res['gp_head_ms']:.1f} ms float64, {res['gp_head_float32_gram_ms']:.1f} ms float32\n"
-            f"  (median of {res['blocks']} interleaved blocks of {res['steps_per_block']} steps; default is float64)")
+    default = res["default_precision"]
+    lines = [f"dbk-speed on {res['dataset']} (n = {res['n_train']}, r = {res['rank']}, {res['backbone']} backbone, "
+             f"{res['threads']} threads, {res['machine']}, torch {res['torch']})",
+             f"  plain network (MSE) step:             {res['plain_ms']:.1f} ms"]
+    for p in PRECISIONS:
+        mark = "  <- default" if p == default else ""
+        lines.append(f"  DBK exact step, {p:7s} Gram:        {res['dbk_ms_by_precision'][p]:.1f} ms   ratio "
+                     f"{res['ratio_by_precision'][p]:.3f}   (GP head alone {res['gp_head_ms_by_precision'][p]:.1f} ms)"
+                     f"{mark}")
+    lines += [f"  same model in GPyTorch (LinearKernel): {res['gpytorch_dbk_ms']:.1f} ms   DBK ({default}) is "
+              f"{res['speedup_vs_gpytorch_dbk']:.2f}x faster",
+              f"  GPyTorch exact RBF-ARD GP (CG 512):    {res['exact_gp_ms']:.0f} ms   DBK is "
+              f"{res['speedup_vs_exact_gp']:.0f}x faster  (mean of {res['gp_steps']} steps)",
+              f"  (median of {res['blocks']} interleaved blocks of {res['steps_per_block']} steps; the GP head alone is "
+              f"Gram statistics, r×r Cholesky, log-likelihood and gradient to a fixed Φ)"]
+    return "\n".join(lines)

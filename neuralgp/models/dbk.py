@@ -23,7 +23,7 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.posterior import (ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
+from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
                                 gram_stats, make_weight_posterior)
 from neuralgp.posterior.variational import inverse_softplus
 from neuralgp.train import adam, minibatch_epoch, train
@@ -61,18 +61,18 @@ def correction_scale(phi: torch.Tensor, noise: torch.Tensor, max_prior_var: torc
 
 
 def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool,
-                    gram_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+                    gram_precision: str = "float64") -> torch.Tensor:
     """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
     phi = module(Xt)
     noise = module.noise()
-    objective = ExactPosterior(gram_stats(phi, yt, dtype=gram_dtype), noise).log_marginal_likelihood()
+    objective = ExactPosterior(gram_stats(phi, yt, precision=gram_precision), noise).log_marginal_likelihood()
     if trace_regulariser:
         objective = objective - trace_penalty(phi, noise)
     return objective
 
 
 def chunked_exact_backward(module: DBKModule, Xt, yt, trace_regulariser: bool, chunk_size: int,
-                           gram_dtype: torch.dtype = torch.float64) -> float:
+                           gram_precision: str = "float64") -> float:
     """Gradient of −objective/n (as ``exact_objective``) accumulated into ``module`` in O(chunk·r) memory.
 
     The objective depends on Φ only through A = ΦᵀΦ, b = Φᵀy (and, with the trace term, S = Σ‖φ_i‖² and
@@ -86,7 +86,7 @@ def chunked_exact_backward(module: DBKModule, Xt, yt, trace_regulariser: bool, c
         stats, total_sq, max_sq = None, 0.0, -math.inf
         for X_c, y_c in chunks:
             phi = module(X_c)
-            part = gram_stats(phi, y_c, dtype=gram_dtype)
+            part = gram_stats(phi, y_c, precision=gram_precision)
             stats = part if stats is None else stats + part
             if trace_regulariser:
                 sq = (phi * phi).sum(-1).double()
@@ -103,7 +103,7 @@ def chunked_exact_backward(module: DBKModule, Xt, yt, trace_regulariser: bool, c
     max_claimed = False
     for X_c, y_c in chunks:
         phi = module(X_c)
-        part = gram_stats(phi, y_c, dtype=gram_dtype)
+        part = gram_stats(phi, y_c, precision=gram_precision)
         surrogate = (part.A * A.grad).sum() + (part.b * b.grad).sum()
         if trace_regulariser:
             sq = (phi * phi).sum(-1).double()
@@ -123,7 +123,7 @@ class DBKRegressor(NeuralGPRegressor):
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
-                 training_gram_dtype="float64", chunk_size=262144, lr=1e-3,
+                 training_gram_precision="mixed", chunk_size=262144, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True,
                  input_scaling="minmax", seed=0, device="cpu", verbose=True):
@@ -136,7 +136,7 @@ class DBKRegressor(NeuralGPRegressor):
         self.variance_correction = variance_correction
         self.normalize_features = normalize_features
         self.variational_family = variational_family
-        self.training_gram_dtype = training_gram_dtype
+        self.training_gram_precision = training_gram_precision
         self.chunk_size = chunk_size
         self.lr = lr
         self.weight_decay = weight_decay
@@ -164,10 +164,11 @@ class DBKRegressor(NeuralGPRegressor):
         """The trace term is trained only for free features: with constant-norm features it is zero."""
         return bool(self.variance_correction) and not self._uses_normalized_features()
 
-    def _gram_dtype(self) -> torch.dtype:
-        if self.training_gram_dtype not in ("float64", "float32"):
-            raise ValueError(f"training_gram_dtype must be 'float64' or 'float32', got {self.training_gram_dtype!r}")
-        return getattr(torch, self.training_gram_dtype)
+    def _gram_precision(self) -> str:
+        if self.training_gram_precision not in PRECISIONS:
+            raise ValueError(f"training_gram_precision must be one of {PRECISIONS}, "
+                             f"got {self.training_gram_precision!r}")
+        return self.training_gram_precision
 
     def build_module(self, in_dim: int) -> DBKModule:
         """A fresh (untrained) DBKModule for inputs of dimension ``in_dim``."""
@@ -207,16 +208,16 @@ class DBKRegressor(NeuralGPRegressor):
         return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
 
     def _fit_exact(self, Xt, yt, val):
-        m, n, opt, gram_dtype = self.module_, len(yt), self._optimizer(), self._gram_dtype()
+        m, n, opt, precision = self.module_, len(yt), self._optimizer(), self._gram_precision()
 
         chunked = self.chunk_size is not None and n > self.chunk_size
 
         def step():
             opt.zero_grad(set_to_none=True)
             if chunked:  # same gradient, O(chunk·r) memory, one extra forward pass
-                loss = chunked_exact_backward(m, Xt, yt, self._trace_regulariser(), self.chunk_size, gram_dtype)
+                loss = chunked_exact_backward(m, Xt, yt, self._trace_regulariser(), self.chunk_size, precision)
             else:
-                loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), gram_dtype) / n
+                loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), precision) / n
                 loss.backward()
                 loss = loss.item()
             opt.step()
