@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="free features with the paper's trace regulariser + diagonal correction "
                         "(default: constant-norm features)")
     f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
+    f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
+                   help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
+                        "for prediction is always float64)")
     f.add_argument("--split", default=None,
                    help="random, mask:K, gal:K or holdout:T:V (default random; fmgp and gpnn holdout:1000:1000)")
     f.add_argument("--seed", type=int, default=0)
@@ -95,8 +98,9 @@ def _build_model(args, n_features: int, task: str = "regression"):
     if args.lr is not None:
         common["lr"] = args.lr
     if args.model in ("fmgp", "gpnn"):
-        if args.no_correction or args.paper_correction:
-            raise NeuralGPError(f"--no-correction and --paper-correction are DBK options, not {args.model}'s")
+        if args.no_correction or args.paper_correction or args.gram_precision:
+            raise NeuralGPError(f"--no-correction, --paper-correction and --gram-precision are DBK options, "
+                                f"not {args.model}'s")
         if args.model == "gpnn":
             return NNGPRegressor(**common), {}
         cls = FMGPClassifier if task == "classification" else FMGPRegressor
@@ -107,11 +111,14 @@ def _build_model(args, n_features: int, task: str = "regression"):
                   variance_correction=not args.no_correction, **({} if args.rank is None else {"rank": args.rank}))
     if args.paper_correction:
         params["normalize_features"] = False
+    if args.gram_precision:
+        params["training_gram_precision"] = args.gram_precision
     if n_features == 1:
         params["backbone"] = "mlp"  # the paper's synthetic backbone
     model = DBKRegressor(**params)
     return model, {"rank": model.rank, "variance_correction": not args.no_correction,
-                   "normalize_features": model._uses_normalized_features()}
+                   "normalize_features": model._uses_normalized_features(),
+                   "training_gram_precision": model.training_gram_precision}
 
 
 def _cmd_fit(args):
