@@ -258,10 +258,8 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
 
             self._train_on_subsets(Xt, len(labels), subset_lml)
             with torch.no_grad():  # full-data statistics, chunk by chunk: O(chunk · width) memory
-                per_class = None
-                for start in range(0, len(labels), CHUNK):
-                    part = class_gram(self._features_scaled(Xt[start:start + CHUNK]), lt[start:start + CHUNK], C)
-                    per_class = part if per_class is None else per_class + part
+                per_class = accumulate_stats(self._features_scaled, Xt, lt, chunk_size=CHUNK,
+                                             stats_fn=lambda psi, labels_c: class_gram(psi, labels_c, C))
                 self.posterior_ = self._posterior(per_class)
 
     def _posterior(self, per_class) -> ExactPosterior:

@@ -112,17 +112,18 @@ def gram_stats(phi: torch.Tensor, y: torch.Tensor, noise_scale: torch.Tensor | N
 
 
 def accumulate_stats(feature_fn, X: torch.Tensor, y: torch.Tensor, noise_scale_fn=None,
-                     chunk_size: int = 65536) -> GramStats:
-    """Sum ``gram_stats`` over row chunks in float64 without keeping any graph: O(chunk·r) memory.
+                     chunk_size: int = 65536, stats_fn=gram_stats) -> GramStats:
+    """Sum ``stats_fn`` over row chunks in float64 without keeping any graph: O(chunk·r) memory.
 
-    ``feature_fn(X_chunk) -> Φ_chunk``; ``noise_scale_fn(Φ_chunk) -> d_chunk`` (optional).
+    ``feature_fn(X_chunk) -> Φ_chunk``; ``noise_scale_fn(Φ_chunk) -> d_chunk`` (optional);
+    ``stats_fn(Φ_chunk, y_chunk[, d_chunk])`` is ``gram_stats`` or another statistic that sums with ``+``.
     """
     total = None
     with torch.no_grad():
         for start in range(0, X.shape[0], chunk_size):
             phi = feature_fn(X[start:start + chunk_size])
-            d = None if noise_scale_fn is None else noise_scale_fn(phi)
-            part = gram_stats(phi, y[start:start + chunk_size], d)
+            scale = () if noise_scale_fn is None else (noise_scale_fn(phi),)
+            part = stats_fn(phi, y[start:start + chunk_size], *scale)
             total = part if total is None else total + part
     return total
 
