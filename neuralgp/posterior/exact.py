@@ -29,7 +29,7 @@ def _stacked(phi: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> torch.Te
 def _gram(z: torch.Tensor, weights: torch.Tensor | None, precision: str) -> torch.Tensor:
     """zᵀdiag(w)z in float64 at the asked precision.
 
-    ``float64``: one product in z's dtype (float64 here). ``float32``: one product in z's dtype (error grows like √n).
+    ``float64``: one product (z is float64 then). ``float32``: one product in z's dtype (error grows like √n).
     ``mixed``: products in z's dtype over blocks of 256 rows, the blocks summed in float64 — about
     20× closer to float64 than one float32 product at ~1.2× its cost (float64 costs 3–4× on CPUs).
     """
@@ -54,19 +54,19 @@ class _GramStatistics(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, phi, y, weights, precision):
-        z = _stacked(phi, y, phi.dtype)
-        ctx.save_for_backward(z, weights)
-        # float64 keeps y (and the weights) unrounded: the cached posterior is built this way
-        return _gram(_stacked(phi, y, STATS_DTYPE) if precision == "float64" else z, weights, precision)
+        ctx.save_for_backward(phi, y, weights)  # not [Φ, y]: that copy is freed before the network's backward
+        # float64 stacks y (and applies the weights) unrounded: the cached posterior is built this way
+        return _gram(_stacked(phi, y, STATS_DTYPE if precision == "float64" else phi.dtype), weights, precision)
 
     @staticmethod
     def backward(ctx, grad_gram):
-        z, weights = ctx.saved_tensors
-        r = z.shape[1] - 1
-        # ∂/∂Φ of ⟨Ḡ, ZᵀWZ⟩ restricted to the Φ columns: W Z (Ḡ + Ḡᵀ)[:, :r]
-        grad_phi = z @ (grad_gram + grad_gram.T)[:, :r].to(z.dtype)
+        phi, y, weights = ctx.saved_tensors
+        r = phi.shape[1]
+        h = (grad_gram + grad_gram.T)[:, :r].to(phi.dtype)
+        # ∂/∂Φ of ⟨Ḡ, ZᵀWZ⟩ restricted to the Φ columns: W (Φ H[:r] + y H[r])
+        grad_phi = (phi @ h[:r]).addr_(y.to(phi.dtype), h[r])
         if weights is not None:
-            grad_phi = grad_phi * weights.to(z.dtype).unsqueeze(-1)
+            grad_phi = grad_phi * weights.to(phi.dtype).unsqueeze(-1)
         return grad_phi, None, None, None
 
 
