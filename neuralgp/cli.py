@@ -107,6 +107,9 @@ def _build_model(args, n_features: int, task: str = "regression"):
         return cls(**common, **({} if args.rank is None else {"n_features": args.rank})), {}
     if args.no_correction and args.paper_correction:
         raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
+    if args.gram_precision and args.model != "dbk":
+        raise NeuralGPError("--gram-precision sets the full-batch Gram of exact DBK (--model dbk); "
+                            "svdbk trains on mini-batch ELBOs without it")
     params = dict(common, inference="exact" if args.model == "dbk" else "svi", max_epochs=args.max_epochs,
                   variance_correction=not args.no_correction, **({} if args.rank is None else {"rank": args.rank}))
     if args.paper_correction:

@@ -47,6 +47,7 @@ def test_svdbk_fit_and_text_output(capsys):
     (["fit", "--dataset", "uci/yacht", "--no-correction", "--paper-correction"], "exclude each other"),
     (["fit", "--dataset", "uci/yacht", "--model", "fmgp", "--split", "random", "--gram-precision", "mixed"],
      "are DBK options"),
+    (["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--gram-precision", "mixed"], "exact DBK"),
 ])
 def test_errors_are_one_line_without_traceback(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True,
