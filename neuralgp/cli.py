@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="free features with the paper's trace regulariser + diagonal correction "
                         "(default: constant-norm features)")
     f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
+    f.add_argument("--depth", type=int, default=None,
+                   help="dbk, svdbk: backbone depth (default 2: the input layer and depth − 1 residual blocks)")
     f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
                    help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
                         "for prediction is always float64)")
@@ -98,8 +100,8 @@ def _build_model(args, n_features: int, task: str = "regression"):
     if args.lr is not None:
         common["lr"] = args.lr
     if args.model in ("fmgp", "gpnn"):
-        if args.no_correction or args.paper_correction or args.gram_precision:
-            raise NeuralGPError(f"--no-correction, --paper-correction and --gram-precision are DBK options, "
+        if args.no_correction or args.paper_correction or args.gram_precision or args.depth is not None:
+            raise NeuralGPError(f"--no-correction, --paper-correction, --depth and --gram-precision are DBK options, "
                                 f"not {args.model}'s")
         if args.model == "gpnn":
             return NNGPRegressor(**common), {}
@@ -116,10 +118,13 @@ def _build_model(args, n_features: int, task: str = "regression"):
         params["normalize_features"] = False
     if args.gram_precision:
         params["training_gram_precision"] = args.gram_precision
+    if args.depth is not None:
+        params["depth"] = args.depth
     if n_features == 1:
         params["backbone"] = "mlp"  # the paper's synthetic backbone
     model = DBKRegressor(**params)
-    return model, {"rank": model.rank, "variance_correction": not args.no_correction,
+    return model, {"rank": model.rank, "backbone": model.backbone, "depth": model.depth,
+                   "variance_correction": not args.no_correction,
                    "normalize_features": model._uses_normalized_features(),
                    "training_gram_precision": model.training_gram_precision}
 

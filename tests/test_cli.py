@@ -18,10 +18,10 @@ def run(*args):
 def test_fit_json_save_and_predict(tmp_path):
     out = tmp_path / "run"
     res = run("fit", "--dataset", "uci/yacht", "--model", "dbk", "--max-iter", "60", "--rank", "16",
-              "--gram-precision", "float32", "--json", "--quiet", "--out", str(out))
+              "--gram-precision", "float32", "--depth", "3", "--json", "--quiet", "--out", str(out))
     assert res.returncode == 0, res.stderr
     metrics = json.loads(res.stdout)
-    assert metrics["training_gram_precision"] == "float32"
+    assert metrics["training_gram_precision"] == "float32" and metrics["depth"] == 3
     for key in ("mae", "rmse", "nll", "crps", "coverage_95", "train_seconds", "iterations"):
         assert key in metrics
     assert metrics["iterations"] == 60 and metrics["n_train"] == 216
@@ -48,6 +48,7 @@ def test_svdbk_fit_and_text_output(capsys):
     (["fit", "--dataset", "uci/yacht", "--model", "fmgp", "--split", "random", "--gram-precision", "mixed"],
      "are DBK options"),
     (["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--gram-precision", "mixed"], "exact DBK"),
+    (["fit", "--dataset", "uci/yacht", "--model", "gpnn", "--split", "random", "--depth", "3"], "are DBK options"),
 ])
 def test_errors_are_one_line_without_traceback(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True,

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.autograd.function import once_differentiable
 
 STATS_DTYPE = torch.float64
 
@@ -87,6 +88,7 @@ class _EvidenceTerms(torch.autograd.Function):
         return 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1) + fit / noise
 
     @staticmethod
+    @once_differentiable  # the factor is an input without a graph: no second derivatives
     def backward(ctx, grad):
         beta, noise, fit, chol = ctx.saved_tensors
         d_A = torch.cholesky_inverse(chol) + beta.unsqueeze(-1) * beta.unsqueeze(-2) / noise[..., None, None]
