@@ -15,7 +15,7 @@ import torch
 from neuralgp.errors import ModelFileError
 
 FORMAT = "neuralgp-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: DBK's training_gram_dtype became training_gram_precision
 _REGISTRY: dict[str, type] = {}
 
 
@@ -63,7 +63,7 @@ def load(path):
         raise ModelFileError(f"{path} is not a neuralgp model file (save models with estimator.save)")
     if payload.get("format_version") != FORMAT_VERSION:
         raise ModelFileError(f"{path} has format version {payload.get('format_version')}; "
-                             f"this neuralgp reads version {FORMAT_VERSION}")
+                             f"this neuralgp reads version {FORMAT_VERSION}; re-fit and save the model with this version")
     cls = _REGISTRY.get(payload.get("class"))
     if cls is None:
         raise ModelFileError(f"{path} holds an unknown model class {payload.get('class')!r}")

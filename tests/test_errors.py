@@ -84,6 +84,10 @@ def test_model_file_errors(tmp_path):
     torch.save({"weights": torch.zeros(3)}, foreign)
     with pytest.raises(ModelFileError, match="not a neuralgp model file"):
         neuralgp.load(foreign)
+    older = tmp_path / "older.pt"
+    torch.save({"format": "neuralgp-model", "format_version": 1, "class": "DBKRegressor"}, older)
+    with pytest.raises(ModelFileError, match="format version 1; this neuralgp reads version 2; re-fit"):
+        neuralgp.load(older)
 
 
 def test_save_errors_leave_no_files(tmp_path):
