@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: constant-norm features)")
     f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
     f.add_argument("--depth", type=int, default=None,
-                   help="dbk, svdbk: backbone depth (default 2: the input layer and depth − 1 residual blocks)")
+                   help="dbk, svdbk: backbone depth (default 2; resnet: the input layer and depth − 1 residual "
+                        "blocks, mlp: depth hidden layers)")
     f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
                    help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
                         "for prediction is always float64)")

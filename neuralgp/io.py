@@ -63,7 +63,8 @@ def load(path):
         raise ModelFileError(f"{path} is not a neuralgp model file (save models with estimator.save)")
     if payload.get("format_version") != FORMAT_VERSION:
         raise ModelFileError(f"{path} has format version {payload.get('format_version')}; "
-                             f"this neuralgp reads version {FORMAT_VERSION}; re-fit and save the model with this version")
+                             f"this neuralgp reads version {FORMAT_VERSION}; re-fit and save the model with "
+                             f"this version")
     cls = _REGISTRY.get(payload.get("class"))
     if cls is None:
         raise ModelFileError(f"{path} holds an unknown model class {payload.get('class')!r}")

@@ -127,7 +127,8 @@ def format_speed(res: dict) -> str:
                      f"{res['ratio_by_precision'][p]:.3f}   (GP head alone {res['gp_head_ms_by_precision'][p]:.1f} ms)"
                      f"{mark}")
     q1, q3 = res["block_ratio_quartiles"]
-    lines.append(f"  (the default's ratio block by block, DBK block / plain block of the same round: quartiles {q1:.3f}–{q3:.3f})")
+    lines.append(f"  (the default's ratio block by block, DBK block / plain block of the same round: "
+                 f"quartiles {q1:.3f}–{q3:.3f})")
     lines += [f"  same model in GPyTorch (LinearKernel): {res['gpytorch_dbk_ms']:.1f} ms   DBK ({default}) is "
               f"{res['speedup_vs_gpytorch_dbk']:.2f}x faster",
               f"  GPyTorch exact RBF-ARD GP (CG 512):    {res['exact_gp_ms']:.0f} ms   DBK is "
