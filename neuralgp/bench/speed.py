@@ -34,10 +34,10 @@ def _timed_steps(step, k: int) -> float:
     return (time.perf_counter() - t0) / k
 
 
-def _gpytorch_step(cls, X, y, seed):
+def _gpytorch_step(cls, X, y, seed, **params):
     """One full-batch ExactMarginalLogLikelihood step of a GPyTorch peer, built as its estimator builds it."""
     import gpytorch
-    est = cls(seed=seed, verbose=False)
+    est = cls(seed=seed, verbose=False, **params)
     torch.manual_seed(seed)
     est._build(X, y)
     modules = est._modules()
@@ -85,7 +85,9 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 25, steps_p
         phi.grad = None
         (-ExactPosterior(gram_stats(phi, y64, precision=precision), dbk.noise()).log_marginal_likelihood() / n).backward()
 
-    steps = {"plain": plain_step, "gpytorch_dbk": _gpytorch_step(GPyTorchDBKRegressor, X, y32, seed)}
+    same_network = dict(feature_dim=est.rank, backbone=est.backbone, hidden=est.hidden, depth=est.depth,
+                        activation=est.activation)
+    steps = {"plain": plain_step, "gpytorch_dbk": _gpytorch_step(GPyTorchDBKRegressor, X, y32, seed, **same_network)}
     for p in PRECISIONS:
         steps[f"dbk_{p}"] = lambda p=p: dbk_step(p)
         steps[f"head_{p}"] = lambda p=p: head_only(p)
@@ -102,7 +104,7 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 25, steps_p
     default = est.training_gram_precision
     paired = [d / p for d, p in zip(times[f"dbk_{default}"], times["plain"])]  # same round of blocks
     quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
-    return {"dataset": dataset, "n_train": n, "rank": est.rank, "backbone": est.backbone,
+    return {"dataset": dataset, "n_train": n, "rank": est.rank, "backbone": est.backbone, "depth": est.depth,
             "default_precision": default, "plain_ms": ms["plain"], "dbk_ms": ms[f"dbk_{default}"],
             "ratio": ms[f"dbk_{default}"] / ms["plain"], "block_ratio_quartiles": [quartiles[0], quartiles[2]],
             "dbk_ms_by_precision": {p: ms[f"dbk_{p}"] for p in PRECISIONS},
@@ -118,7 +120,8 @@ def dbk_speed(dataset: str = "uci/pol", seed: int = 0, blocks: int = 25, steps_p
 
 def format_speed(res: dict) -> str:
     default = res["default_precision"]
-    lines = [f"dbk-speed on {res['dataset']} (n = {res['n_train']}, r = {res['rank']}, {res['backbone']} backbone, "
+    lines = [f"dbk-speed on {res['dataset']} (n = {res['n_train']}, r = {res['rank']}, {res['backbone']} backbone "
+             f"of depth {res['depth']}, "
              f"{res['threads']} threads, {res['machine']}, torch {res['torch']})",
              f"  plain network (MSE) step:             {res['plain_ms']:.1f} ms"]
     for p in PRECISIONS:
