@@ -1,7 +1,7 @@
 """Does the rank-1 GP objective (DBK-cr) learn slower than the same network trained by plain MSE?
 
-Same split, scaling, backbone (ResNet, 2 layers by default, width 128, tanh, 1 output), Adam lr 1e-3 with weight decay
-1e-4 on the network, full batch. Prints test RMSE (standardised targets) every ``--every`` iterations as JSON lines.
+Same split, scaling, backbone (ResNet, depth 2 unless --depth, width 128, tanh, 1 output), Adam lr 1e-3 with
+weight decay 1e-4 on the network, full batch. Prints test RMSE (standardised targets) every ``--every`` iterations as JSON lines.
 DBK-cr's prediction is the exact posterior mean β·φ(x) at that iteration (no early stopping).
 
     OMP_NUM_THREADS=1 python benchmarks/rank1_vs_mse.py --model dbk-cr --iters 10000 > dbk-cr.jsonl
@@ -59,7 +59,8 @@ for it in range(1, args.iters + 1):
     loss.backward()
     opt.step()
     if it % args.every == 0:
-        print(json.dumps({"model": args.model, "dataset": args.dataset, "seed": args.seed, "depth": args.depth, "iteration": it,
+        print(json.dumps({"model": args.model, "dataset": args.dataset, "seed": args.seed, "depth": args.depth,
+                          "iteration": it,
                           "test_rmse": test_rmse(), "loss": loss.item(), "noise": module.noise().item(),
                           "seconds": time.perf_counter() - t0, "threads": torch.get_num_threads(),
                           "torch": torch.__version__}), flush=True)

@@ -115,6 +115,7 @@ def test_lml_gradient_matches_appendix_formula():
     Si_phi, Si_y = torch.linalg.solve(S, phi.detach()), torch.linalg.solve(S, y)
     torch.testing.assert_close(phi.grad, -Si_phi + torch.outer(Si_y, Si_y @ phi.detach()))
 
+
 @pytest.mark.parametrize("batched_scales", [False, True])
 def test_batched_lml_closed_form_gradient_finite_differences(batched_scales):
     """The closed-form r×r gradient (``_EvidenceTerms``) against finite differences: Φ, σ² and σ_f², for two
@@ -129,7 +130,6 @@ def test_batched_lml_closed_form_gradient_finite_differences(batched_scales):
                           torch.stack([one.logdet_d, two.logdet_d]))
         return ExactPosterior(stats, raw[0].exp(), raw[1].exp()).log_marginal_likelihood()
     assert torch.autograd.gradcheck(lml, (phi.clone().requires_grad_(True), raw.requires_grad_(True)))
-
 
 
 def test_objective_gradient_finite_differences():

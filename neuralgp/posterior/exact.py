@@ -175,7 +175,6 @@ class ExactPosterior:
             raise FloatingPointError(
                 "Cholesky of ΦᵀΦ + σ²I failed: the features are numerically degenerate "
                 "(non-finite or huge values); lower the learning rate or raise noise_min")
-        self._a = torch.linalg.solve_triangular(self.chol, stats.b.unsqueeze(-1), upper=False).squeeze(-1)
 
     def _gamma(self) -> torch.Tensor:
         return self.noise if self.outputscale is None else self.noise / self.outputscale
@@ -201,8 +200,7 @@ class ExactPosterior:
     def weights_mean(self) -> torch.Tensor:
         """Posterior mean of w, β = Λ⁻¹ΦᵀD⁻¹y."""
         if not hasattr(self, "_mean_w"):
-            self._mean_w = torch.linalg.solve_triangular(
-                self.chol.mT, self._a.unsqueeze(-1), upper=True).squeeze(-1)
+            self._mean_w = torch.cholesky_solve(self.stats.b.unsqueeze(-1), self.chol).squeeze(-1)
         return self._mean_w
 
     def log_marginal_likelihood(self) -> torch.Tensor:
