@@ -26,7 +26,7 @@ parser.add_argument("--dataset", default="uci/pol")
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--iters", type=int, default=10000)
 parser.add_argument("--every", type=int, default=500)
-parser.add_argument("--depth", type=int, default=2, help="backbone depth: input layer + depth − 1 residual blocks")
+parser.add_argument("--depth", type=int, default=2, help="backbone depth: residual blocks after the input layer")
 args = parser.parse_args()
 
 ds = datasets.load(args.dataset, split="random", seed=args.seed)

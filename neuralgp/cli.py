@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: constant-norm features)")
     f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
     f.add_argument("--depth", type=int, default=None,
-                   help="dbk, svdbk: backbone depth (default 2; resnet: the input layer and depth − 1 residual "
-                        "blocks, mlp: depth hidden layers)")
+                   help="dbk, svdbk: backbone depth (default 2; resnet: depth residual blocks after the input "
+                        "layer, mlp: depth hidden layers)")
     f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
                    help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
                         "for prediction is always float64)")
@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="tiny subsamples and few iterations: a smoke run")
     b.add_argument("--budget", type=float, default=1800.0, help="wall-clock seconds per run (default 1800)")
     b.add_argument("--device", default="cpu")
+    b.add_argument("--depth", type=int, default=None,
+                   help="network depth of every model that has one (default: each model's own; dbk-speed: DBK's 2)")
     b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--report-only", action="store_true",
@@ -199,12 +201,13 @@ def _cmd_bench(args):
         out = run_suite(args.suite, args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),
                         seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
                         dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
-                        budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only)
+                        budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only,
+                        depth=args.depth)
         print((out / "table.md").read_text())
         print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
         return
     from neuralgp.bench.speed import dbk_speed, format_speed
-    result = dbk_speed(seed=args.seed, root=args.data_root)
+    result = dbk_speed(seed=args.seed, root=args.data_root, **({} if args.depth is None else {"depth": args.depth}))
     result["command"] = "neuralgp " + " ".join(sys.argv[1:])
     print(json.dumps(result, indent=2) if args.json else format_speed(result))
     if args.out:

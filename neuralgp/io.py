@@ -15,7 +15,7 @@ import torch
 from neuralgp.errors import ModelFileError
 
 FORMAT = "neuralgp-model"
-FORMAT_VERSION = 2  # 2: DBK's training_gram_dtype became training_gram_precision
+FORMAT_VERSION = 3  # 2: DBK's training_gram_dtype became training_gram_precision; 3: ResNet depth counts residual blocks
 _REGISTRY: dict[str, type] = {}
 
 

@@ -11,9 +11,10 @@ from neuralgp.errors import InputError
 
 def test_quick_suite_records_resumes_and_tabulates(tmp_path):
     out = run_suite("dbk-table1", tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
-                    quick=True, verbose=False)
+                    quick=True, verbose=False, depth=1)
     records = read_records(out / "results.jsonl")
     assert [r["model"] for r in records] == ["DBK", "SVGP", "sGP"]
+    assert records[0]["params"]["depth"] == 1 and records[0]["params"]["rank"] == 128  # what ran is on record
     for r in records:
         assert r["status"] in ("ok", "time-capped") and r["quick"] and r["n_train"] == 300
         for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine"):

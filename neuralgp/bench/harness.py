@@ -204,10 +204,12 @@ def read_records(path: Path) -> list[dict]:
 
 def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, quick: bool = False,
               budget_s: float = 1800.0, device: str = "cpu", root=None, verbose: bool = True,
-              report_only: bool = False) -> Path:
+              report_only: bool = False, depth: int | None = None) -> Path:
     """Run the missing (model, dataset, seed) jobs of a suite, then write ``table.md`` and the plot.
 
-    ``report_only`` runs nothing and rewrites the report from the records already in ``out``.
+    ``report_only`` runs nothing and rewrites the report from the records already in ``out``. ``depth``
+    sets the network depth of every model that has one (default: each model's own). Each record holds the
+    model's scalar parameters.
     """
     suite = SUITES[name]
     seeds = ([0] if quick else suite.seeds) if seeds is None else seeds
@@ -227,7 +229,7 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
     jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds for m in model_names
                                    if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
-              **(QUICK["common"] if quick else {})}
+              **(QUICK["common"] if quick else {}), **({} if depth is None else {"depth": depth})}
     loaded = {}
     for dataset, seed, model_name in tqdm(jobs, desc=name, unit="run", disable=not verbose):
         if (dataset, seed) not in loaded:
@@ -236,6 +238,8 @@ def run_suite(name: str, out, seeds=None, dataset_names=None, model_names=None, 
         record = {"suite": name, "model": model_name, "dataset": dataset, "split": ds.split, "seed": seed,
                   "quick": quick, "budget_s": budget_s, **env}
         model = suite.models[model_name]({**common, "seed": seed}, len(ds.y_train))
+        record["params"] = {k: v for k, v in model.get_params().items()
+                            if v is None or isinstance(v, (bool, int, float, str))}
         _reset_peak_memory()
         started = time.perf_counter()
         try:
