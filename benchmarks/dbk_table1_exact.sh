@@ -2,7 +2,7 @@
 # DBK rows of the DBK paper's Table 1 (exact inference) on pol and protein, 5 seeds, paper protocol:
 # random 70/10/20 split per seed, <= 10 000 full-batch iterations, validation NLL every 100, patience 2 000.
 # Usage: benchmarks/dbk_table1_exact.sh OUT_DIR [DEVICE] [PARALLEL]   (NEURALGP=command to run neuralgp;
-#        DATASETS="pol protein" and ROWS="dbk dbk-paper dbk-c dbk-r dbk-cr" pick a subset)
+#        DATASETS="pol protein", ROWS="dbk dbk-paper dbk-c dbk-r dbk-cr" and SEEDS="0 1 2 3 4" pick a subset)
 set -u
 out=${1:?output folder}; device=${2:-cpu}; par=${3:-1}
 mkdir -p "$out"
@@ -11,7 +11,7 @@ declare -A flags=([dbk]="" [dbk-paper]="--paper-correction" [dbk-c]="--no-correc
                   [dbk-cr]="--rank 1 --no-correction")
 jobs=()
 for ds in ${DATASETS:-pol protein}; do
-  for seed in 0 1 2 3 4; do
+  for seed in ${SEEDS:-0 1 2 3 4}; do
     for row in ${ROWS:-dbk dbk-paper dbk-c dbk-r dbk-cr}; do
       [ -n "${flags[$row]+x}" ] || { echo "unknown row $row; use one of ${!flags[*]}" >&2; exit 2; }
       jobs+=("$ds $row $seed ${flags[$row]}")
