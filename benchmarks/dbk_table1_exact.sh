@@ -2,7 +2,8 @@
 # DBK rows of the DBK paper's Table 1 (exact inference) on pol and protein, 5 seeds, paper protocol:
 # random 70/10/20 split per seed, <= 10 000 full-batch iterations, validation NLL every 100, patience 2 000.
 # Usage: benchmarks/dbk_table1_exact.sh OUT_DIR [DEVICE] [PARALLEL]   (NEURALGP=command to run neuralgp;
-#        DATASETS="pol protein", ROWS="dbk dbk-paper dbk-c dbk-r dbk-cr" and SEEDS="0 1 2 3 4" pick a subset)
+#        DATASETS="pol protein", ROWS="dbk dbk-paper dbk-c dbk-r dbk-cr" and SEEDS="0 1 2 3 4" pick a subset;
+#        FIT_ARGS=more options for each fit, e.g. "--depth 1")
 set -u
 out=${1:?output folder}; device=${2:-cpu}; par=${3:-1}
 mkdir -p "$out"
@@ -22,4 +23,4 @@ printf '%s\n' "${jobs[@]}" | xargs -P "$par" -I{} bash -c '
   set -- {}; ds=$1; name=$2; seed=$3; shift 3
   f='"$out"'/$ds-$name-$seed.json
   [ -s "$f" ] && exit 0
-  '"$neuralgp"' fit --dataset uci/$ds --model dbk --seed $seed --device '"$device"' --json --quiet "$@" > "$f.tmp" 2> "$f.err" && mv "$f.tmp" "$f" && rm -f "$f.err"'
+  '"$neuralgp"' fit --dataset uci/$ds --model dbk --seed $seed --device '"$device"' --json --quiet '"${FIT_ARGS:-}"' "$@" > "$f.tmp" 2> "$f.err" && mv "$f.tmp" "$f" && rm -f "$f.err"'
