@@ -188,3 +188,16 @@ def test_time_budget_stops_promptly_and_validates_once_more():
     log = train(module, lambda: _time.sleep(0.02) or 0.0, n_steps=10000, validate=validate, eval_every=1000,
                 max_seconds=0.1, verbose=False)
     assert log.out_of_time and log.steps < 50 and len(calls) == 1 and log.best_step == log.steps
+
+
+def test_resnet_depth_counts_residual_blocks():
+    from neuralgp.features.networks import ResNetMLP, build_backbone
+    net = build_backbone("resnet", 26, 128, hidden=128, depth=2, activation="tanh")
+    assert isinstance(net, ResNetMLP) and len(net.blocks) == 2  # the paper's "2-layer ResNet": two residual blocks
+    assert sum(p.numel() for p in net.parameters()) == (26 + 1) * 128 + 2 * 129 * 128 + 129 * 128
+    assert DBKRegressor().depth == 2
+    x = torch.randn(5, 26)
+    h = net.inp(x)
+    for block in net.blocks:
+        h = h + block(h)
+    assert torch.equal(net(x), net.out(h))
