@@ -15,6 +15,17 @@ DEFAULT_SPLIT = {"fmgp": "holdout:1000:1000", "gpnn": "holdout:1000:1000"}  # FM
 BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling", "fmgp-regression", "fmgp-classification", "fmgp-ablation")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value is a one-line usage error, not a traceback from the model)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="neuralgp", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -35,8 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--paper-correction", action="store_true",
                    help="free features with the paper's trace regulariser + diagonal correction "
                         "(default: constant-norm features)")
-    f.add_argument("--rank", type=int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
-    f.add_argument("--depth", type=int, default=None,
+    f.add_argument("--rank", type=_positive_int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
+    f.add_argument("--depth", type=_positive_int, default=None,
                    help="dbk, svdbk: backbone depth (default 2; resnet: depth residual blocks after the input "
                         "layer, mlp: depth hidden layers)")
     f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
@@ -76,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="tiny subsamples and few iterations: a smoke run")
     b.add_argument("--budget", type=float, default=1800.0, help="wall-clock seconds per run (default 1800)")
     b.add_argument("--device", default="cpu")
-    b.add_argument("--depth", type=int, default=None,
+    b.add_argument("--depth", type=_positive_int, default=None,
                    help="network depth of every model that has one (default: each model's own; dbk-speed: DBK's 2)")
     b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")

@@ -49,6 +49,9 @@ def test_svdbk_fit_and_text_output(capsys):
      "are DBK options"),
     (["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--gram-precision", "mixed"], "exact DBK"),
     (["fit", "--dataset", "uci/yacht", "--model", "gpnn", "--split", "random", "--depth", "3"], "are DBK options"),
+    (["fit", "--dataset", "uci/yacht", "--depth", "0"], "--depth: must be an integer >= 1, got '0'"),
+    (["fit", "--dataset", "uci/yacht", "--rank", "x"], "--rank: must be an integer >= 1, got 'x'"),
+    (["bench", "dbk-table1", "--quick", "--depth", "-1"], "--depth: must be an integer >= 1, got '-1'"),
 ])
 def test_errors_are_one_line_without_traceback(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True,
