@@ -6,6 +6,10 @@
 #        FIT_ARGS=more options for each fit, e.g. "--depth 1")
 set -u
 out=${1:?output folder}; device=${2:-cpu}; par=${3:-1}
+usage="usage: $0 OUT_DIR [DEVICE] [PARALLEL]"
+case $device in cpu|cuda|cuda:[0-9]*) ;; *) echo "bad DEVICE '$device': use cpu, cuda or cuda:N; $usage" >&2; exit 2;; esac
+case $out in cpu|cuda|cuda:*) echo "OUT_DIR '$out' looks like a device (arguments swapped?); $usage" >&2; exit 2;; esac
+[[ $par =~ ^[1-9][0-9]*$ ]] || { echo "bad PARALLEL '$par': a whole number >= 1; $usage" >&2; exit 2; }
 mkdir -p "$out"
 neuralgp=${NEURALGP:-".venv/bin/neuralgp"}
 declare -A flags=([dbk]="" [dbk-paper]="--paper-correction" [dbk-c]="--no-correction" [dbk-r]="--rank 1"

@@ -12,6 +12,7 @@ from neuralgp.errors import NeuralGPError
 
 MODELS = ("dbk", "svdbk", "fmgp", "gpnn")
 DEFAULT_SPLIT = {"fmgp": "holdout:1000:1000", "gpnn": "holdout:1000:1000"}  # FM-GP's protocol: 1000 test, 1000 recal.
+DATA_ROOT_HELP = "data folder (default $NEURALGP_DATA, else ~/.cache/neuralgp)"
 BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling", "fmgp-regression", "fmgp-classification", "fmgp-ablation")
 
 
@@ -63,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="Adam learning rate (default: dbk/svdbk 1e-3, fmgp 1e-2, gpnn 0.1)")
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
-    f.add_argument("--data-root", default=None, help="data folder (default $NEURALGP_DATA or ../shared/data)")
+    f.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     f.add_argument("--max-time", type=float, default=None,
                    help="wall-clock budget in seconds; training validates once more and stops")
     f.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
@@ -79,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
     b.add_argument("suite", choices=BENCH_SUITES)
-    b.add_argument("--data-root", default=None)
+    b.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     b.add_argument("--seed", type=int, default=0, help="dbk-speed: seed of the split and the networks")
     b.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2,3,4; --quick: 0)")
     b.add_argument("--datasets", default=None, help="comma-separated, e.g. uci/pol,uci/protein")
@@ -94,8 +95,17 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--report-only", action="store_true",
                    help="run nothing: rewrite table.md and the plot from OUT/results.jsonl (e.g. after merging runs)")
 
-    ds = sub.add_parser("datasets", help="list the data sets available here with n and d")
-    ds.add_argument("--data-root", default=None)
+    ds = sub.add_parser("datasets", help="list every known data set, whether it is here, n and d; or download")
+    ds.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
+    ds_sub = ds.add_subparsers(dest="action")
+    dl = ds_sub.add_parser("download", help="fetch sets from their public sources and verify them")
+    dl.add_argument("names", nargs="*", metavar="NAME", help="e.g. uci/yacht gal/yacht uci_classification/magic")
+    dl.add_argument("--all", action="store_true", help="every known set")
+    dl.add_argument("--root", default=None, help=DATA_ROOT_HELP + "; created if missing")
+    dl.add_argument("--mirror", default=None,
+                    help="base URL replacing every source's (paths below it are kept), e.g. a local mirror")
+    dl.add_argument("--force", action="store_true", help="download again even if present and verified")
+    dl.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
@@ -228,9 +238,24 @@ def _cmd_bench(args):
 
 def _cmd_datasets(args):
     from neuralgp import datasets
-    print(f"{'name':<42} {'n':>7} {'d':>4}")
-    for name, n, d in datasets.available(args.data_root):
-        print(f"{name:<42} {'any' if n < 0 else n:>7} {d:>4}")
+    from neuralgp.datasets import download
+    if args.action == "download":
+        if args.all == bool(args.names):
+            raise NeuralGPError("name the sets to download (e.g. uci/yacht gal/yacht) or give --all, not both")
+        root = args.root or args.data_root
+        status = download.download(["all"] if args.all else args.names, root=root, mirror=args.mirror,
+                                   force=args.force, verbose=not args.quiet)
+        where = datasets.readers.data_root(root)
+        for name, state in status.items():
+            print(f"{name}: {'downloaded and verified' if state == 'downloaded' else 'already present, verified'}"
+                  f" in {where / name}")
+        return
+    root = datasets.readers.data_root(args.data_root)
+    print(f"data root: {root}{'' if root.is_dir() else ' (does not exist yet)'}")
+    print(f"{'name':<42} {'n':>7} {'d':>4}  here")
+    for name, n, d, here in datasets.catalogue(args.data_root):
+        print(f"{name:<42} {'any' if n < 0 else n:>7} {d:>4}  {'yes' if here else 'no'}")
+    print("fetch missing sets with `neuralgp datasets download NAME... | --all`")
 
 
 def main(argv=None) -> int:

@@ -67,14 +67,14 @@ def test_predict_with_wrong_feature_count_writes_nothing(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("1,2\n3,4\n")
     res = run("predict", str(tmp_path / "m" / "model.pt"), str(bad), "--output", str(tmp_path / "o.csv"))
-    assert res.returncode == 2 and "2 features but the model was fitted with 6" in res.stderr
+    assert res.returncode == 2 and "2 features, but DBKRegressor is expecting 6 features" in res.stderr
     assert not (tmp_path / "o.csv").exists()
 
 
 def test_datasets_command(capsys):
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
-    assert "uci/pol" in out and "15000" in out
+    assert "uci/pol" in out and "1000" in out and "uci/protein                                  45730    9  no" in out
 
 
 def test_demo_smoke(tmp_path, capsys):

@@ -18,9 +18,15 @@ def test_uci_random_split_is_seeded_70_10_20():
     a = datasets.load("uci/pol", seed=3)
     b = datasets.load("uci/pol", seed=3)
     c = datasets.load("uci/pol", seed=4)
-    assert (len(a.y_train), len(a.y_val), len(a.y_test)) == (10500, 1500, 3000)
+    assert (len(a.y_train), len(a.y_val), len(a.y_test)) == (700, 100, 200)
     assert a.n_features == 26 and a.task == "regression"
     assert np.array_equal(a.X_train, b.X_train) and not np.array_equal(a.X_train, c.X_train)
+
+
+@pytest.mark.real_data
+def test_real_pol_has_the_papers_size():
+    a = datasets.load("uci/pol", seed=3)
+    assert (len(a.y_train), len(a.y_val), len(a.y_test)) == (10500, 1500, 3000) and a.n_features == 26
 
 
 def test_uci_mask_split_uses_the_fixed_masks():
@@ -82,13 +88,15 @@ def test_user_csv_non_numeric_column(tmp_path):
 
 def test_data_root_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv(readers.ENV_VAR, raising=False)
-    monkeypatch.setattr(readers, "DEFAULT_ROOT", tmp_path / "absent")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert readers.data_root() == tmp_path / "cache" / "neuralgp"  # never ../shared, may not exist yet
     with pytest.raises(DataError) as err:
         datasets.load("uci/pol")
-    for option in ("root=", readers.ENV_VAR, "absent"):
-        assert option in str(err.value)
+    for part in ("uci set 'pol' not found", "neuralgp datasets download uci/pol", readers.ENV_VAR):
+        assert part in str(err.value)
     (tmp_path / "uci").mkdir()
     monkeypatch.setenv(readers.ENV_VAR, str(tmp_path))
+    assert readers.data_root() == tmp_path and readers.data_root(tmp_path / "uci") == tmp_path / "uci"
     with pytest.raises(DataError, match="uci set 'pol' not found"):
         datasets.load("uci/pol")
     with pytest.raises(DataError, match="not a directory"):
@@ -102,7 +110,18 @@ def test_unknown_names_and_splits():
         datasets.load("uci/yacht", split="gal:0")
 
 
-def test_available_lists_sizes():
+def test_available_and_catalogue_list_sizes():
     table = {name: (n, d) for name, n, d in datasets.available()}
-    assert table["uci/pol"] == (15000, 26) and table["gal/yacht"][1] == 6
-    assert table["uci_classification/magic"] == (19020, 10)
+    assert table["uci/pol"] == (1000, 26) and table["gal/yacht"] == (308, 6)
+    assert table["uci_classification/magic"] == (2400, 10) and table["uci_classification/letter"] == (520, 16)
+    listed = {name: (n, d, here) for name, n, d, here in datasets.catalogue()}
+    assert listed["uci/protein"] == (45730, 9, False)  # known, downloadable, not here
+    assert listed["uci/pol"] == (1000, 26, True) and listed["digits"][2]
+
+
+@pytest.mark.real_data
+def test_real_sets_match_the_shipped_table():
+    from neuralgp.datasets.download import known_sets
+    table = {name: (n, d) for name, n, d in datasets.available()}
+    for name, nd in known_sets().items():
+        assert table[name] == nd, name

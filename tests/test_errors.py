@@ -20,11 +20,14 @@ FAST = dict(rank=4, hidden=8, max_iter=5, verbose=False)
     (X[:, 0], Y, r"X must be 2-D.*reshape\(-1, 1\)"),
     (X[None], Y, "X must be 2-D"),
     (X, Y[:-1], "X has 30 rows but y has 29"),
-    (X[:1], Y[:1], "at least 2 rows"),
+    (X[:1], Y[:1], "at least 2 samples to fit, got 1 sample"),
     (X, np.full(30, 2.5), "y is constant"),
     (np.array([["1", "a", "2"]] * 30), Y, "X has non-numeric values"),
     (X, np.ones((30, 2)), "y must be 1-D"),
     (np.empty((0, 3)), np.empty(0), "X has no rows"),
+    (np.empty((30, 0)), Y, r"0 feature\(s\)"),
+    (X + 1j, Y, "Complex data not supported"),
+    (X, None, "requires y to be passed"),
 ])
 def test_fit_rejects_bad_input(Xb, yb, message):
     model = DBKRegressor(**FAST)
@@ -44,18 +47,22 @@ def test_predict_errors():
     with pytest.raises(NotFittedError, match="not fitted yet"):
         DBKRegressor(**FAST).predict(X)
     model = DBKRegressor(**FAST).fit(X, Y)
-    with pytest.raises(InputError, match="X has 2 features but the model was fitted with 3"):
+    with pytest.raises(InputError, match="X has 2 features, but DBKRegressor is expecting 3 features"):
         model.predict(X[:, :2])
     with pytest.raises(InputError, match="NaN"):
         model.predict(np.full((2, 3), np.nan))
 
 
 def test_bad_hyperparameters():
-    for params, message in [({"inference": "mcmc"}, "inference must be"), ({"backbone": "cnn"}, "unknown backbone"),
-                            ({"activation": "swishy"}, "unknown activation"), ({"rank": 0}, "rank must be"),
+    for params, message in [({"inference": "mcmc"}, "inference must be one of 'exact', 'svi', got 'mcmc'"),
+                            ({"backbone": "cnn"}, "backbone must be one of"),
+                            ({"activation": "swishy"}, "activation must be one of"),
+                            ({"rank": 0}, "rank must be an integer >= 1, got 0"), ({"rank": 2.5}, "rank must be"),
+                            ({"lr": -1.0}, "lr must be a number > 0"), ({"verbose": "yes"}, "verbose must be True"),
+                            ({"max_time": 0}, "max_time must be None or a number > 0"),
                             ({"noise_init": 1e-7}, "must exceed noise_min"),
                             ({"training_gram_precision": "float16"}, "training_gram_precision must be"),
-                            ({"inference": "svi", "variational_family": "x"}, "unknown variational family")]:
+                            ({"inference": "svi", "variational_family": "x"}, "variational_family must be")]:
         model = DBKRegressor(**{**FAST, **params})
         with pytest.raises(ValueError, match=message):
             model.fit(X, Y)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neuralgp.datasets import readers
+from neuralgp.datasets import download, readers
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.datasets.splits import carve_validation, holdout_split, parse_split, random_split
 from neuralgp.datasets.synthetic import step1d_function, step1d_sample
@@ -109,14 +109,15 @@ def _split_classification(name, split, seed, X, y, classes):
 
 
 def available(root=None) -> list[tuple[str, int, int]]:
-    """(name, n, d) of every data set that can be loaded here."""
-    out = [("synthetic/step1d", -1, 1), ("digits", 1797, 64)]
-    try:
-        out += readers.describe(readers.data_root(root))
-    except DataError:
-        if root is not None:
-            raise
-    return out
+    """(name, n, d) of every data set that can be loaded here (built in, or present in the data root)."""
+    return [("synthetic/step1d", -1, 1), ("digits", 1797, 64)] + readers.describe(readers.data_root(root))
 
 
-__all__ = ["Dataset", "load", "available", "Scaler", "step1d_function"]
+def catalogue(root=None) -> list[tuple[str, int, int, bool]]:
+    """(name, n, d, present) of every known data set (downloadable or built in) and any other set in the root."""
+    here = {name: (n, d) for name, n, d in available(root)}
+    known = {"synthetic/step1d": (-1, 1), "digits": (1797, 64), **download.known_sets()}
+    return [(name, *nd, name in here) for name, nd in {**known, **here}.items()]
+
+
+__all__ = ["Dataset", "load", "available", "catalogue", "Scaler", "step1d_function"]

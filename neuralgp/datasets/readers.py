@@ -12,29 +12,29 @@ import numpy as np
 from neuralgp.errors import DataError
 
 ENV_VAR = "NEURALGP_DATA"
-# the repository's sibling ``shared/data`` (neuralgp/data/readers.py → repo root is parents[2])
-DEFAULT_ROOT = Path(__file__).resolve().parents[3] / "shared" / "data"
 
-CLASSIFICATION_FILES = {  # file, has header, label column
-    "magic": ("magic04.data.gz", False, -1),
-    "letter": ("letter-recognition.data.gz", True, 0),
-    "htru2": ("HTRU_2.csv.gz", True, -1),
+CLASSIFICATION_FILES = {  # file (gzipped UCI original; a header line is optional), label column
+    "magic": ("magic04.data.gz", -1),
+    "letter": ("letter-recognition.data.gz", 0),
+    "htru2": ("HTRU_2.csv.gz", -1),
 }
 
 
+def default_data_home() -> Path:
+    """The per-user data folder: $XDG_CACHE_HOME/neuralgp, else ~/.cache/neuralgp."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuralgp"
+
+
 def data_root(root=None) -> Path:
-    """Explicit ``root``, else $NEURALGP_DATA, else ../shared/data next to the repository."""
-    candidates = [("the root argument", root), (f"${ENV_VAR}", os.environ.get(ENV_VAR)),
-                  ("../shared/data next to the repository", DEFAULT_ROOT)]
-    for label, path in candidates:
+    """Explicit ``root``, else $NEURALGP_DATA, else ``default_data_home()`` (which need not exist yet)."""
+    for label, path in (("the root argument", root), (f"${ENV_VAR}", os.environ.get(ENV_VAR))):
         if path:
-            path = Path(path)
-            if path.is_dir():
-                return path
-            if label != candidates[-1][0]:
-                raise DataError(f"data root {path} (from {label}) is not a directory")
-    raise DataError(f"no data root found: pass root=DIR (CLI: --data-root DIR), set ${ENV_VAR}=DIR, "
-                    f"or place the data at {DEFAULT_ROOT}")
+            path = Path(path).expanduser()
+            if not path.is_dir():
+                raise DataError(f"data root {path} (from {label}) is not a directory; create it, or fetch data "
+                                f"into it with `neuralgp datasets download NAME --root {path}`")
+            return path
+    return default_data_home()
 
 
 def _open_text(path: Path):
@@ -44,7 +44,11 @@ def _open_text(path: Path):
 def _require(path: Path, what: str, folder: Path) -> Path:
     if not path.exists():
         have = sorted(p.name for p in folder.parent.iterdir()) if folder.parent.is_dir() else []
-        raise DataError(f"{what} not found at {path}; available here: {', '.join(have) or 'nothing'}")
+        name = f"{folder.parent.name}/{folder.name}"
+        root = folder.parent.parent
+        raise DataError(f"{what} not found at {path}; available here: {', '.join(have) or 'nothing'}. "
+                        f"Fetch it with `neuralgp datasets download {name} --root {root}`, or point "
+                        f"${ENV_VAR} (--data-root) at a folder that has it")
     return path
 
 
@@ -78,11 +82,12 @@ def read_uci_classification(root: Path, name: str):
     """uci_classification/<name>: inputs and integer class labels (0..C−1) plus the class names."""
     if name not in CLASSIFICATION_FILES:
         raise DataError(f"unknown classification set {name!r}; available: {', '.join(CLASSIFICATION_FILES)}")
-    fname, header, label_col = CLASSIFICATION_FILES[name]
+    fname, label_col = CLASSIFICATION_FILES[name]
     folder = root / "uci_classification" / name
     with _open_text(_require(folder / fname, f"classification set {name!r}", folder)) as fh:
-        rows = list(csv.reader(fh))
-    rows = [r for r in rows[int(header):] if r]
+        rows = [r for r in csv.reader(fh) if r]
+    if rows and _is_header(rows, label_col):
+        rows = rows[1:]
     labels = np.array([r[label_col] for r in rows])
     X = np.array([[float(v) for i, v in enumerate(r) if i != label_col % len(r)] for r in rows])
     classes, y = np.unique(labels, return_inverse=True)
@@ -138,6 +143,14 @@ def read_features_csv(path):
     return X
 
 
+def _is_header(rows: list, label_col: int) -> bool:
+    """The UCI originals have no header line; copies that add one (letter's "Letter,1,2,…") are recognised by
+    a non-numeric input value or a label that no other row has."""
+    first, col = rows[0], label_col % len(rows[0])
+    return (not all(_is_number(v) for i, v in enumerate(first) if i != col)
+            or all(r[col] != first[col] for r in rows[1:]))
+
+
 def _is_number(v: str) -> bool:
     try:
         float(v)
@@ -159,21 +172,21 @@ def _target_index(target, header, width, path) -> int:
 
 
 def describe(root: Path) -> list[tuple[str, int, int]]:
-    """(name, n, d) for every data set under the root, read from the files' first lines."""
+    """(name, n, d) for every data set under the root, read from the files."""
     out = []
+    if not root.is_dir():
+        return out
     for folder in sorted((root / "uci").glob("*/data.csv.gz")):
         with gzip.open(folder, "rt") as fh:
             first = fh.readline()
             n = 1 + sum(1 for _ in fh)
         out.append((f"uci/{folder.parent.name}", n, first.count(",")))
     for folder in sorted((root / "gal").glob("*/data.txt")):
-        n = sum(1 for _ in open(folder))
+        n = sum(1 for line in open(folder) if line.strip())
         d = len(np.loadtxt(folder.parent / "index_features.txt", ndmin=1))
         out.append((f"gal/{folder.parent.name}", n, d))
-    for name, (fname, header, _) in CLASSIFICATION_FILES.items():
-        path = root / "uci_classification" / name / fname
-        if path.exists():
-            with gzip.open(path, "rt") as fh:
-                lines = [ln for ln in fh if ln.strip()]
-            out.append((f"uci_classification/{name}", len(lines) - int(header), lines[-1].count(",")))
+    for name in CLASSIFICATION_FILES:
+        if (root / "uci_classification" / name / CLASSIFICATION_FILES[name][0]).exists():
+            X, _, _ = read_uci_classification(root, name)
+            out.append((f"uci_classification/{name}", *X.shape))
     return out

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
+from neuralgp.params import check_params
 from neuralgp.models.calibration import fit_temperature, mc_softmax
 
 PREDICT_CHUNK = 8192
@@ -17,7 +18,18 @@ PREDICT_CHUNK = 8192
 
 class SavedModel:
     """``save(path)`` / ``neuralgp.load(path)`` for every estimator: class, parameters, input scaler, the
-    subclass's ``_payload_extras()`` and ``_fitted_state()`` (restored by ``_load_extras`` and ``_restore``)."""
+    subclass's ``_payload_extras()`` and ``_fitted_state()`` (restored by ``_load_extras`` and ``_restore``).
+    Also what every estimator shares with scikit-learn: the fitted test and the error before ``fit``."""
+
+    param_rules: dict = {}  # hyper-parameter → rule(s), checked when fit starts (neuralgp.params)
+    _fitted_attribute = "x_scaler_"
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, self._fitted_attribute)
+
+    def _check_fitted(self):
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
 
     def save(self, path):
         """Save everything needed to predict (not the training data, unless the method needs it) to ``path``."""
@@ -47,11 +59,13 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     # -- fitting -------------------------------------------------------------------------------
     def fit(self, X, y, X_val=None, y_val=None):
         """Fit on (X, y); a validation set enables early stopping on validation NLL."""
-        X, y = check_X_y(X, y)
+        check_params(self)
+        X, y = check_X_y(X, y, owner=type(self).__name__)
         if (X_val is None) != (y_val is None):
             raise InputError("give both X_val and y_val, or neither")
         if X_val is not None:
-            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val")
+            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val",
+                                     owner=type(self).__name__)
             if X_val.shape[1] != X.shape[1]:
                 raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
         for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
@@ -70,20 +84,17 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def _y_scale(self) -> float:
         return float(self.y_scaler_.scale_[0])
 
-    def _check_fitted(self):
-        if not hasattr(self, "x_scaler_"):
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
     def _scaled_inputs(self, X) -> np.ndarray:
         self._check_fitted()
-        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
+        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_, owner=type(self).__name__))
 
     def _fit_and_recalibrate(self, X, y, X_cal, y_cal):
         """``fit(X, y)``, then ``recalibrate(X_cal, y_cal)``; the calibration arrays are checked before training."""
         if (X_cal is None) != (y_cal is None):
             raise InputError("give both X_cal and y_cal, or neither")
         if X_cal is not None:
-            X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal")
+            X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal",
+                                     owner=type(self).__name__)
             if np.ndim(X) == 2 and X_cal.shape[1] != np.shape(X)[1]:
                 raise InputError(f"X_cal has {X_cal.shape[1]} features but X has {np.shape(X)[1]}")
         NeuralGPRegressor.fit(self, X, y)
@@ -98,7 +109,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         mean squared z-score on the calibration set becomes exactly 1. ``variance_scale_`` holds the product of
         all recalibrations so far.
         """
-        X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal")
+        X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal", owner=type(self).__name__)
         mean, std = self.predict(X_cal, return_std=True)  # checks fitted and the feature count
         alpha = float(np.mean(((y_cal - mean) / std) ** 2))
         if not (np.isfinite(alpha) and alpha > 0):
@@ -145,18 +156,21 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
     """Subclasses implement ``_fit_scaled(X, labels, n_classes)`` on scaled inputs and labels 0..C−1,
     ``_latent_samples(X) -> (S, m, C)`` draws of the class scores f (probabilities are E[softmax(f/T)]),
-    and ``_fitted_state()`` / ``_restore(state)``. Any integer labels are accepted and given back."""
+    and ``_fitted_state()`` / ``_restore(state)``. Labels of any kind (integers, strings, …) are accepted and
+    given back."""
 
     input_scaling = "standard"
+    _fitted_attribute = "classes_"
 
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Fit on (X, y); with (X_cal, y_cal) also the softmax temperature (``calibrate_temperature``)."""
-        X, y = check_labels(X, y)
+        check_params(self)
+        X, y = check_labels(X, y, owner=type(self).__name__)
         if (X_cal is None) != (y_cal is None):
             raise InputError("give both X_cal and y_cal, or neither")
         classes = np.unique(y)
         if X_cal is not None:
-            X_cal, y_cal = _check_calibration(X_cal, y_cal, classes, X.shape[1])
+            X_cal, y_cal = _check_calibration(X_cal, y_cal, classes, X.shape[1], type(self).__name__)
         for attr in ("x_scaler_", "classes_"):  # a refit that fails leaves no half-fitted model
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X)
@@ -169,19 +183,15 @@ class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
 
     def calibrate_temperature(self, X_cal, y_cal):
         """Fit the softmax temperature T on labelled held-out data by NLL (the argmax does not move)."""
-        X_cal, y_cal = _check_calibration(X_cal, y_cal, self.classes_ if hasattr(self, "classes_") else None,
-                                          getattr(self, "n_features_in_", None))
+        self._check_fitted()
+        X_cal, y_cal = _check_calibration(X_cal, y_cal, self.classes_, self.n_features_in_, type(self).__name__)
         f = self._latent_samples(self._scaled(X_cal))
         self.temperature_ = fit_temperature(f, np.searchsorted(self.classes_, np.asarray(y_cal)))
         return self
 
-    def _check_fitted(self):
-        if not hasattr(self, "classes_"):
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
     def _scaled(self, X) -> np.ndarray:
         self._check_fitted()
-        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_))
+        return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_, owner=type(self).__name__))
 
     def predict_proba(self, X) -> np.ndarray:
         Xs = self._scaled(X)
@@ -189,23 +199,25 @@ class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
                                .double().cpu().numpy() for i in range(0, len(Xs), 2048)])
 
     def predict(self, X) -> np.ndarray:
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        proba = self.predict_proba(X)  # checks fitted first
+        return self.classes_[proba.argmax(1)]
 
     def _payload_extras(self) -> dict:
-        return {"classes": torch.as_tensor(self.classes_), "temperature": self.temperature_}
+        return {"classes": self.classes_.tolist(), "temperature": self.temperature_}
 
     def _load_extras(self, payload: dict):
-        self.classes_ = payload["classes"].numpy()
+        classes = payload["classes"]  # a list (labels of any kind); a tensor in files before string labels
+        self.classes_ = classes.numpy() if isinstance(classes, torch.Tensor) else np.asarray(classes)
         self.temperature_ = float(payload["temperature"])
 
     def _tensor(self, a) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
 
 
-def _check_calibration(X_cal, y_cal, classes, n_features):
-    """Labelled calibration data: integer labels, all among the training classes."""
-    X_cal, y_cal = check_labels(X_cal, y_cal, "X_cal", "y_cal", min_classes=1, n_features=n_features)
-    unknown = np.setdiff1d(y_cal, classes) if classes is not None else []
+def _check_calibration(X_cal, y_cal, classes, n_features, owner):
+    """Labelled calibration data, all labels among the training classes."""
+    X_cal, y_cal = check_labels(X_cal, y_cal, "X_cal", "y_cal", min_classes=1, n_features=n_features, owner=owner)
+    unknown = np.setdiff1d(y_cal, classes)
     if len(unknown):
         raise InputError(f"y_cal has classes {unknown.tolist()} that are not in y")
     return X_cal, y_cal

@@ -10,9 +10,10 @@ from scipy.optimize import minimize_scalar
 
 
 def softmax_samples(mean: torch.Tensor, var_f: torch.Tensor, n_samples: int, seed: int) -> torch.Tensor:
-    """Latent draws f ~ N(mean, var_f) per point and class, shape (S, m, C), with fixed random numbers."""
+    """Latent draws f ~ N(mean, var_f) per point and class, shape (S, m, C), from the same S fixed standard-normal
+    draws for every point, so that a point's probabilities do not depend on the points predicted with it."""
     gen = torch.Generator(device=mean.device).manual_seed(seed)
-    eps = torch.randn((n_samples, *mean.shape), generator=gen, dtype=mean.dtype, device=mean.device)
+    eps = torch.randn((n_samples, 1, mean.shape[-1]), generator=gen, dtype=mean.dtype, device=mean.device)
     return mean + var_f.sqrt() * eps
 
 

@@ -22,7 +22,10 @@ from torch.nn.functional import softplus
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
+from neuralgp.datasets.scaling import Scaler
+from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
                                 gram_stats, make_weight_posterior)
 from neuralgp.posterior.variational import inverse_softplus
@@ -120,6 +123,16 @@ class DBKRegressor(NeuralGPRegressor):
 
     Ablations of the paper: ``variance_correction=False`` (-c), ``rank=1`` (-r), both (-cr).
     """
+
+    param_rules = {
+        "rank": POSITIVE_INT, "backbone": one_of(*BACKBONES), "hidden": POSITIVE_INT, "depth": POSITIVE_INT,
+        "activation": one_of(*ACTIVATIONS), "inference": one_of("exact", "svi"), "variance_correction": BOOL,
+        "normalize_features": (one_of("auto"), BOOL), "variational_family": one_of("full", "meanfield"),
+        "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
+        "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
+        "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
+        "noise_init": POSITIVE, "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
+        "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",

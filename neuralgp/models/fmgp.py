@@ -14,16 +14,25 @@ import torch
 from torch import nn
 from torch.nn.functional import softplus
 
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP, ConstantNorm, ProductFeatures, SumFeatures
+from neuralgp.features.networks import ACTIVATIONS, NORMS
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.variational import inverse_softplus
 from neuralgp.train import adam, train, training_subsets
 
 CHUNK = 65536
+FEATURE_MAP_RULES = {  # the ψ network and its training, shared by the regressor and the classifier
+    "n_features": POSITIVE_INT, "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
+    "norm": (NONE, one_of(*NORMS)), "product": (NONE, int_tuple(2)), "additive": (NONE, int_tuple(2)),
+    "unit_norm": BOOL, "n_subsets": POSITIVE_INT, "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
+    "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outputscale_init": POSITIVE, "noise_min": NON_NEGATIVE,
+    "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
 
 class FMGPModule(nn.Module):
@@ -132,6 +141,8 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     kernels; ``unit_norm`` the weak-stationarity ψ/‖ψ‖; ``norm="batch"`` BatchNorm instead of LayerNorm.
     """
 
+    param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL}
+
     def __init__(self, n_features=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
@@ -214,6 +225,8 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
     are E[softmax(f/T)] by Monte Carlo over the latent posterior; T is fitted on (X_cal, y_cal) when given.
     """
 
+    param_rules = {**FEATURE_MAP_RULES, "heteroscedastic": BOOL, "alpha_eps": POSITIVE, "n_samples": POSITIVE_INT}
+
     def __init__(self, n_features=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, heteroscedastic=True, alpha_eps=ALPHA_EPS, n_samples=256, n_subsets=4,
                  subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0, outputscale_init=1.0,
@@ -279,7 +292,7 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
 
     def _latent_samples(self, Xs) -> torch.Tensor:
         mean, var_f = self._latent(Xs)
-        return softmax_samples(mean.float(), var_f.float(), self.n_samples, self.seed)
+        return softmax_samples(mean.double(), var_f.double(), self.n_samples, self.seed)
 
     def _restore(self, state: dict):
         self._restore_module(state, n_outputs=len(self.classes_))

@@ -17,7 +17,9 @@ from sklearn.neighbors import NearestNeighbors
 from torch import nn
 
 from neuralgp.io import register
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.train import train, training_subsets
 
 KERNELS = {"matern12": lambda: MaternKernel(nu=0.5), "matern32": lambda: MaternKernel(nu=1.5),
@@ -31,6 +33,11 @@ class NNGPRegressor(NeuralGPRegressor):
     (Adam, summed exact marginal likelihoods); ``predict`` conditions on the k nearest neighbours of each point.
     ``fit(X, y, X_cal, y_cal)`` recalibrates the variances on (X_cal, y_cal) like FM-GP.
     """
+
+    param_rules = {"n_neighbors": POSITIVE_INT, "kernel": one_of(*KERNELS), "n_subsets": POSITIVE_INT,
+                   "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT, "lr": POSITIVE, "noise_init": POSITIVE,
+                   "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   **COMMON_RULES}
 
     def __init__(self, n_neighbors=400, kernel="matern12", n_subsets=10, subset_size=300, max_iter=200, lr=0.1,
                  noise_init=0.1, noise_min=1e-6, max_time=None, normalize_y=True, input_scaling="standard",

@@ -6,15 +6,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP
+from neuralgp.features.networks import ACTIVATIONS, NORMS
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
+from neuralgp.params import COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.train import minibatch_epoch, train
 
 
 @register
 class NetworkClassifier(NeuralGPClassifier):
     """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm) → C logits, Adam on mini-batch cross-entropy."""
+
+    param_rules = {"hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
+                   "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
+                   "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "input_scaling": one_of(*Scaler.KINDS),
+                   **COMMON_RULES}
 
     def __init__(self, hidden=512, depth=2, activation="relu", norm="layer", max_epochs=30, batch_size=256, lr=1e-3,
                  weight_decay=0.0, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):

@@ -30,11 +30,14 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
 
 from neuralgp.errors import NeuralGPError
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import build_backbone
+from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.posterior.dirichlet import dirichlet_targets
 from neuralgp.train import adam, minibatch_epoch, train
 
@@ -104,6 +107,14 @@ class _GPyTorchRegressor(NeuralGPRegressor):
     method = "exact"
     kernel = "rbf"
     default_feature_dim = 2
+    param_rules = {
+        "num_inducing": POSITIVE_INT, "feature_dim": (NONE, POSITIVE_INT), "backbone": one_of(*BACKBONES),
+        "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS), "lr": POSITIVE,
+        "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
+        "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
+        "noise_init": POSITIVE, "noise_min": NON_NEGATIVE, "cg_iterations": POSITIVE_INT, "love_rank": POSITIVE_INT,
+        "max_memory_gb": POSITIVE, "dtype": one_of("float32", "float64"), "base_kernel": one_of("rbf", "matern12"),
+        "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
                  lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
@@ -377,6 +388,10 @@ class SVGPClassifier(NeuralGPClassifier):
     """FM-GP's "Var" classifier: SVGP per class on Dirichlet-transformed labels (Milios et al. 2018) with their
     fixed heteroscedastic noise, GPyTorch's ``FixedNoiseGaussianLikelihood``; probabilities E[softmax(f/T)]."""
 
+    param_rules = {"num_inducing": POSITIVE_INT, "base_kernel": one_of("rbf", "matern12"), "alpha_eps": POSITIVE,
+                   "n_samples": POSITIVE_INT, "lr": POSITIVE, "batch_size": POSITIVE_INT, "max_epochs": POSITIVE_INT,
+                   "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+
     def __init__(self, num_inducing=200, base_kernel="matern12", alpha_eps=0.01, n_samples=256, lr=0.01,
                  batch_size=1024, max_epochs=100, max_time=None, input_scaling="standard", seed=0, device="cpu",
                  verbose=True):
@@ -432,7 +447,7 @@ class SVGPClassifier(NeuralGPClassifier):
     def _latent_samples(self, Xs) -> torch.Tensor:
         with torch.no_grad():
             f = self.model_(self._tensor(Xs))
-            mean, var = f.mean.T, f.variance.clamp_min(0).T  # (m, C)
+            mean, var = f.mean.T.double(), f.variance.clamp_min(0).T.double()  # (m, C); float64 probabilities
         return softmax_samples(mean, var, self.n_samples, self.seed)
 
     def _fitted_state(self) -> dict:

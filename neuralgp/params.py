@@ -1,0 +1,74 @@
+"""Hyper-parameter rules, declared once per estimator and checked when ``fit`` starts.
+
+scikit-learn's convention: ``__init__`` only stores its arguments, ``fit`` validates them. Each estimator
+class declares ``param_rules = {name: rule or (rule, …)}``; a value passes when any of its rules accepts it,
+and otherwise ``fit`` stops before any work with one error naming the parameter, the accepted values and the
+value given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Callable
+
+import numpy as np
+import torch
+
+from neuralgp.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Rule:
+    accepts: Callable[[object], bool]
+    text: str
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def integer(low: int | None = None) -> Rule:
+    return Rule(lambda v: _is_int(v) and (low is None or v >= low),
+                "an integer" + ("" if low is None else f" >= {low}"))
+
+
+def real(low: float | None = None, strict: bool = False, high: float | None = None) -> Rule:
+    def accepts(v):
+        if not isinstance(v, Real) or isinstance(v, (bool, np.bool_)) or not np.isfinite(v):
+            return False
+        return (low is None or (v > low if strict else v >= low)) and (high is None or v <= high)
+    bounds = ([] if low is None else [f"{'>' if strict else '>='} {low}"]) + ([] if high is None else [f"<= {high}"])
+    return Rule(accepts, "a number" + (" " + " and ".join(bounds) if bounds else ""))
+
+
+def one_of(*values) -> Rule:
+    return Rule(lambda v: isinstance(v, (str, bool, np.bool_, type(None))) and any(
+        v is x or (type(v) is type(x) and v == x) for x in values), "one of " + ", ".join(map(repr, values)))
+
+
+def int_tuple(min_len: int = 1) -> Rule:
+    return Rule(lambda v: isinstance(v, (tuple, list)) and len(v) >= min_len and all(_is_int(p) and p >= 1 for p in v),
+                f"a tuple of at least {min_len} integers >= 1")
+
+
+BOOL = Rule(lambda v: isinstance(v, (bool, np.bool_)), "True or False")
+NONE = Rule(lambda v: v is None, "None")
+DEVICE = Rule(lambda v: isinstance(v, (str, torch.device)), "a torch device such as 'cpu' or 'cuda'")
+POSITIVE_INT = integer(1)
+POSITIVE = real(0, strict=True)
+NON_NEGATIVE = real(0)
+SEED = integer(0)
+
+# what every neuralgp estimator takes where it means something
+COMMON_RULES = {"seed": SEED, "device": DEVICE, "verbose": BOOL, "max_time": (NONE, POSITIVE)}
+
+
+def check_params(estimator) -> None:
+    """Raise ``ParameterError`` for the first parameter of ``estimator`` that none of its rules accepts."""
+    for name, rules in type(estimator).param_rules.items():
+        rules = rules if isinstance(rules, tuple) else (rules,)
+        value = getattr(estimator, name)
+        if not any(rule.accepts(value) for rule in rules):
+            raise ParameterError(f"{type(estimator).__name__}: {name} must be "
+                                 f"{' or '.join(rule.text for rule in rules)}, got {value!r}")
