@@ -10,6 +10,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import neuralgp as ng
+from neuralgp.errors import ParameterError
+from neuralgp.params import check_params
 
 FLOAT32_NETWORK = ("a float32 network: one row predicted alone and the same row in a batch can differ by float32 "
                    "rounding (~1e-7 relative), more than the check's 1e-7 absolute")
@@ -97,3 +99,23 @@ def test_string_labels_round_trip(tmp_path):
     assert set(clf.predict(X)) <= {"spam", "ham"} and (clf.predict(X) == y).mean() > 0.9
     clf.save(tmp_path / "m.pt")
     np.testing.assert_array_equal(ng.load(tmp_path / "m.pt").predict(X), clf.predict(X))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
+def test_every_parameter_has_a_rule_and_the_defaults_pass(estimator):
+    assert set(type(estimator).param_rules) == set(estimator.get_params())
+    check_params(type(estimator)())
+
+
+@pytest.mark.parametrize("estimator,params,message", [
+    (ng.SVGPRegressor(verbose=False), {"lr": 0}, "SVGPRegressor: lr must be a number > 0, got 0"),
+    (ng.FMGPRegressor(verbose=False), {"product": (8,)}, "product must be None or a tuple of at least 2"),
+    (ng.NNGPRegressor(verbose=False), {"kernel": "cosine"}, "kernel must be one of"),
+    (ng.NetworkClassifier(verbose=False), {"norm": "group"}, "norm must be None or one of"),
+])
+def test_bad_parameters_stop_fit_before_any_work(estimator, params, message):
+    X, y = _regression(20)
+    model = clone(estimator).set_params(**params)
+    with pytest.raises(ParameterError, match=message):
+        model.fit(X, y > 0 if hasattr(model, "predict_proba") else y)
+    assert not model.__sklearn_is_fitted__()
