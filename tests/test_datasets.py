@@ -121,7 +121,9 @@ def test_available_and_catalogue_list_sizes():
 
 @pytest.mark.real_data
 def test_real_sets_match_the_shipped_table():
+    from neuralgp.datasets import download
     from neuralgp.datasets.download import known_sets
     table = {name: (n, d) for name, n, d in datasets.available()}
     for name, nd in known_sets().items():
         assert table[name] == nd, name
+        assert download.is_present(name, readers.data_root()), f"{name} differs from the shipped SHA-256 table"
