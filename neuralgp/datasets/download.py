@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import json
 import shutil
 import tempfile
@@ -98,7 +99,7 @@ def _fetch(url: str, dest: Path, expected_bytes: int | None, verbose: bool, labe
                     bar.update(len(block))
     except urllib.error.HTTPError as exc:
         raise DataError(f"downloading {url} failed: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:  # unreachable host, timeout, connection reset
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # unreachable, timeout, cut off
         reason = getattr(exc, "reason", exc)
         raise DataError(f"downloading {url} failed: {reason} (transfer interrupted or host unreachable)") from None
     if length and received != int(length):
