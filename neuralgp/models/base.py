@@ -10,8 +10,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
-from neuralgp.params import check_params
 from neuralgp.models.calibration import fit_temperature, mc_softmax
+from neuralgp.params import check_params
 
 PREDICT_CHUNK = 8192
 
