@@ -63,7 +63,7 @@ def _as_array(a, name: str) -> np.ndarray:
 def _as_float_array(a, name: str) -> np.ndarray:
     arr = _as_array(a, name)
     try:
-        arr = np.array(arr, dtype=np.float64)
+        arr = np.asarray(arr, dtype=np.float64)  # no copy of float64 input
     except TypeError as exc:
         raise InputTypeError(f"{name} holds values that are not numbers ({exc}); encode categorical columns "
                              f"as numbers or drop them before fitting") from None

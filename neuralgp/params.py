@@ -33,13 +33,12 @@ def integer(low: int | None = None) -> Rule:
                 "an integer" + ("" if low is None else f" >= {low}"))
 
 
-def real(low: float | None = None, strict: bool = False, high: float | None = None) -> Rule:
+def real(low: float, strict: bool = False) -> Rule:
     def accepts(v):
         if not isinstance(v, Real) or isinstance(v, (bool, np.bool_)) or not np.isfinite(v):
             return False
-        return (low is None or (v > low if strict else v >= low)) and (high is None or v <= high)
-    bounds = ([] if low is None else [f"{'>' if strict else '>='} {low}"]) + ([] if high is None else [f"<= {high}"])
-    return Rule(accepts, "a number" + (" " + " and ".join(bounds) if bounds else ""))
+        return v > low if strict else v >= low
+    return Rule(accepts, f"a number {'>' if strict else '>='} {low}")
 
 
 def one_of(*values) -> Rule:

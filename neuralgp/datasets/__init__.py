@@ -108,15 +108,18 @@ def _split_classification(name, split, seed, X, y, classes):
     return _index(name, split or "random", seed, "classification", X, y, *parts, classes=classes)
 
 
+BUILT_IN = {"synthetic/step1d": (-1, 1), "digits": (1797, 64)}  # (n, d); n = -1: any size
+
+
 def available(root=None) -> list[tuple[str, int, int]]:
     """(name, n, d) of every data set that can be loaded here (built in, or present in the data root)."""
-    return [("synthetic/step1d", -1, 1), ("digits", 1797, 64)] + readers.describe(readers.data_root(root))
+    return [(name, *nd) for name, nd in BUILT_IN.items()] + readers.describe(readers.data_root(root))
 
 
 def catalogue(root=None) -> list[tuple[str, int, int, bool]]:
     """(name, n, d, present) of every known data set (downloadable or built in) and any other set in the root."""
     here = {name: (n, d) for name, n, d in available(root)}
-    known = {"synthetic/step1d": (-1, 1), "digits": (1797, 64), **download.known_sets()}
+    known = {**BUILT_IN, **download.known_sets()}
     return [(name, *nd, name in here) for name, nd in {**known, **here}.items()]
 
 

@@ -28,7 +28,7 @@ from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
                                 gram_stats, make_weight_posterior)
-from neuralgp.posterior.variational import inverse_softplus
+from neuralgp.posterior.variational import FAMILIES, inverse_softplus
 from neuralgp.train import adam, minibatch_epoch, train
 
 
@@ -127,7 +127,7 @@ class DBKRegressor(NeuralGPRegressor):
     param_rules = {
         "rank": POSITIVE_INT, "backbone": one_of(*BACKBONES), "hidden": POSITIVE_INT, "depth": POSITIVE_INT,
         "activation": one_of(*ACTIVATIONS), "inference": one_of("exact", "svi"), "variance_correction": BOOL,
-        "normalize_features": (one_of("auto"), BOOL), "variational_family": one_of("full", "meanfield"),
+        "normalize_features": (one_of("auto"), BOOL), "variational_family": one_of(*FAMILIES),
         "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
         "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),

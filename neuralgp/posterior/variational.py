@@ -89,11 +89,13 @@ class MeanFieldPosterior(_WeightPosterior):
         return (phi ** 2 * self.std() ** 2).sum(-1)
 
 
+FAMILIES = {"full": FullRankPosterior, "meanfield": MeanFieldPosterior}
+
+
 def make_weight_posterior(family: str, rank: int) -> _WeightPosterior:
-    families = {"full": FullRankPosterior, "meanfield": MeanFieldPosterior}
-    if family not in families:
-        raise ValueError(f"unknown variational family {family!r}; use one of {sorted(families)}")
-    return families[family](rank)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown variational family {family!r}; use one of {sorted(FAMILIES)}")
+    return FAMILIES[family](rank)
 
 
 def elbo(phi: torch.Tensor, y: torch.Tensor, q: _WeightPosterior, likelihood=None,
