@@ -13,7 +13,10 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +187,19 @@ def _peak_memory_mb() -> float | None:
     return None
 
 
+def source_commit() -> str:
+    """The git commit of the neuralgp source that runs (``+dirty`` with uncommitted changes to tracked files);
+    outside a git checkout ``$NEURALGP_COMMIT`` (set by whoever copied the tree), else "unknown"."""
+    src = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("NEURALGP_COMMIT", "unknown")
+
+
 def environment() -> dict:
     import gpytorch
     import scipy
@@ -193,7 +209,8 @@ def environment() -> dict:
             "numpy": np.__version__, "scipy": scipy.__version__, "sklearn": sklearn.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "machine": f"{platform.machine()} {platform.node()}",
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "commit": source_commit(), "command": shlex.join(["neuralgp", *sys.argv[1:]])}
 
 
 def read_records(path: Path) -> list[dict]:
