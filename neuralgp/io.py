@@ -15,7 +15,8 @@ import torch
 from neuralgp.errors import ModelFileError
 
 FORMAT = "neuralgp-model"
-FORMAT_VERSION = 3  # 2: DBK's training_gram_dtype became training_gram_precision; 3: ResNet depth counts residual blocks
+FORMAT_VERSION = 4  # 2: DBK's training_gram_dtype became training_gram_precision; 3: ResNet depth counts residual blocks;
+#                   4: learned noise / output scale are Positive modules, FM-GP width feature_dim, GPnnRegressor
 _REGISTRY: dict[str, type] = {}
 
 

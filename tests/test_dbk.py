@@ -153,7 +153,7 @@ def test_fit_with_correction_learns_the_noise_on_step_function():
 
 @pytest.mark.parametrize("normalize,trace", [(True, False), (False, True), (False, False)])
 def test_chunked_gradient_equals_full_batch_gradient(normalize, trace):
-    from neuralgp.models.dbk import chunked_exact_backward, exact_objective
+    from neuralgp.posterior import chunked_exact_backward, exact_objective
     X, y = toy(n=90)
     est = DBKRegressor(rank=6, hidden=8, normalize_features=normalize)
     torch.manual_seed(0)

@@ -8,6 +8,7 @@ import torch
 from scipy.stats import multivariate_normal
 
 from neuralgp import FMGPClassifier, FMGPRegressor, InputError, NNGPRegressor, load
+from neuralgp import chunking
 from neuralgp.cli import main
 from neuralgp.features import MLP, ProductFeatures, SumFeatures
 from neuralgp.posterior import ExactPosterior, gram_stats
@@ -169,10 +170,9 @@ def test_classifier_probabilities_temperature_and_persistence(tmp_path):
 
 
 def test_classifier_full_data_statistics_in_chunks_equal_one_pass(monkeypatch):
-    import neuralgp.models.fmgp as fmgp
     X, y = classification_toy(90)
     one = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
-    monkeypatch.setattr(fmgp, "CHUNK", 16)  # 6 chunks, the last one partial
+    monkeypatch.setattr(chunking, "NO_GRAD_ROWS", 16)  # 6 chunks, the last one partial
     chunked = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
     a, b = one.posterior_.stats, chunked.posterior_.stats
     assert a.n == b.n == 90

@@ -7,7 +7,8 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from neuralgp.models.dbk import DBKModule, correction_scale, trace_penalty
+from neuralgp.models.dbk import DBKModule
+from neuralgp.posterior import correction_scale, trace_penalty
 from neuralgp.features import MLP
 from neuralgp.posterior import (ExactPosterior, FullRankPosterior, GaussianLikelihood, MeanFieldPosterior,
                                 GramStats, PoissonLikelihood, accumulate_stats, elbo, gauss_hermite, gram_stats)
@@ -139,7 +140,7 @@ def test_objective_gradient_finite_differences():
     y = torch.sin(3 * X[:, 0]).to(D)
     module = DBKModule(MLP(2, 3, hidden=5, depth=1), 3, 0.1, 1e-6, False, "full").double()
     params = dict(module.named_parameters())
-    names = ["net.net.0.weight", "net.net.0.bias", "net.net.2.weight", "net.net.2.bias", "raw_noise"]
+    names = ["net.net.0.weight", "net.net.0.bias", "net.net.2.weight", "net.net.2.bias", "noise.raw"]
     inputs = tuple(params[k].detach().clone().requires_grad_(True) for k in names)
 
     def objective(w1, b1, w2, b2, raw_noise):

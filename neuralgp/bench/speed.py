@@ -21,9 +21,9 @@ from torch import nn
 
 from neuralgp import datasets
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.models.dbk import DBKRegressor, exact_objective
+from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.peers import ExactGPRegressor, GPyTorchDBKRegressor
-from neuralgp.posterior import PRECISIONS, ExactPosterior, gram_stats
+from neuralgp.posterior import PRECISIONS, ExactPosterior, exact_objective, gram_stats
 from neuralgp.train import adam
 
 

@@ -7,13 +7,13 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
+from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
 from neuralgp.models.calibration import fit_temperature, mc_softmax
 from neuralgp.params import check_params
 
-PREDICT_CHUNK = 8192
 
 
 class SavedModel:
@@ -126,7 +126,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def predict_dist(self, X) -> dict:
         """Predictive mean and variances of f and of y (noise included), in the units of y."""
         Xs = self._scaled_inputs(X)
-        parts = [self._predict_scaled(Xs[i:i + PREDICT_CHUNK]) for i in range(0, len(Xs), PREDICT_CHUNK)]
+        parts = [self._predict_scaled(Xs[i:i + PREDICT_ROWS]) for i in range(0, len(Xs), PREDICT_ROWS)]
         mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
         s2 = self._y_scale ** 2 * self.variance_scale
         return {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0],
@@ -195,8 +195,8 @@ class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X) -> np.ndarray:
         Xs = self._scaled(X)
-        return np.concatenate([mc_softmax(self._latent_samples(Xs[i:i + 2048]), self.temperature_)
-                               .double().cpu().numpy() for i in range(0, len(Xs), 2048)])
+        return np.concatenate([mc_softmax(self._latent_samples(Xs[i:i + SOFTMAX_ROWS]), self.temperature_)
+                               .double().cpu().numpy() for i in range(0, len(Xs), SOFTMAX_ROWS)])
 
     def predict(self, X) -> np.ndarray:
         proba = self.predict_proba(X)  # checks fitted first

@@ -17,8 +17,8 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.functional import softplus
 
+from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
 from neuralgp.metrics import nll
@@ -26,95 +26,26 @@ from neuralgp.datasets.scaling import Scaler
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
-from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, GramStats, accumulate_stats, elbo,
-                                gram_stats, make_weight_posterior)
-from neuralgp.posterior.variational import FAMILIES, inverse_softplus
+from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, accumulate_stats, elbo,
+                                make_weight_posterior)
+from neuralgp.posterior.correction import correction_scale, trace_penalty
+from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
+from neuralgp.posterior.positive import Positive
+from neuralgp.posterior.variational import FAMILIES
 from neuralgp.train import adam, minibatch_epoch, train
 
 
 class DBKModule(nn.Module):
-    """Feature network, noise σ² = noise_min + softplus(raw), and (for SVI) q(w)."""
+    """Feature network, noise σ² (``noise()``, above ``noise_min``) and, for SVI, q(w)."""
 
     def __init__(self, net: nn.Module, rank: int, noise_init: float, noise_min: float, svi: bool, family: str):
         super().__init__()
-        if noise_init <= noise_min:
-            raise ValueError(f"noise_init ({noise_init}) must exceed noise_min ({noise_min})")
         self.net = net
-        self.noise_min = noise_min
-        self.raw_noise = nn.Parameter(torch.tensor(inverse_softplus(noise_init - noise_min)))
+        self.noise = Positive(noise_init, floor=noise_min)
         self.q = make_weight_posterior(family, rank) if svi else None
-
-    def noise(self) -> torch.Tensor:
-        return self.noise_min + softplus(self.raw_noise)
 
     def forward(self, x):
         return self.net(x)
-
-
-def trace_penalty(phi: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """tr(C)/(2σ²) with c_i = max_j ‖φ_j‖² − ‖φ_i‖² over the rows given (eq. 11; mini-batch form on a batch)."""
-    sq = (phi * phi).sum(-1).double()
-    return (sq.max() * len(sq) - sq.sum()) / (2 * noise.double())
-
-
-def correction_scale(phi: torch.Tensor, noise: torch.Tensor, max_prior_var: torch.Tensor) -> torch.Tensor:
-    """Noise multipliers d = σ̂²(x)/σ² = 1 + (max(M, ‖φ‖²) − ‖φ‖²)/σ² of the diagonal correction (eq. 12)."""
-    sq = (phi.double() ** 2).sum(-1)
-    return 1.0 + (torch.clamp(max_prior_var - sq, min=0.0)) / noise.double()
-
-
-def exact_objective(module: DBKModule, Xt, yt, trace_regulariser: bool,
-                    gram_precision: str = "float64") -> torch.Tensor:
-    """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
-    phi = module(Xt)
-    noise = module.noise()
-    objective = ExactPosterior(gram_stats(phi, yt, precision=gram_precision), noise).log_marginal_likelihood()
-    if trace_regulariser:
-        objective = objective - trace_penalty(phi, noise)
-    return objective
-
-
-def chunked_exact_backward(module: DBKModule, Xt, yt, trace_regulariser: bool, chunk_size: int,
-                           gram_precision: str = "float64") -> float:
-    """Gradient of −objective/n (as ``exact_objective``) accumulated into ``module`` in O(chunk·r) memory.
-
-    The objective depends on Φ only through A = ΦᵀΦ, b = Φᵀy (and, with the trace term, S = Σ‖φ_i‖² and
-    M = max‖φ_i‖²). Pass 1 sums these over chunks without a graph; autograd on the small r×r objective gives
-    ∂L/∂A, ∂L/∂b, ∂L/∂S, ∂L/∂M; pass 2 recomputes each chunk with a graph and back-propagates the linear
-    surrogate ⟨∂L/∂A, A_chunk⟩ + ⟨∂L/∂b, b_chunk⟩ + …, whose gradient sums to the full one. Returns the loss.
-    """
-    n = len(yt)
-    chunks = [(Xt[i:i + chunk_size], yt[i:i + chunk_size]) for i in range(0, n, chunk_size)]
-    with torch.no_grad():
-        stats, total_sq, max_sq = None, 0.0, -math.inf
-        for X_c, y_c in chunks:
-            phi = module(X_c)
-            part = gram_stats(phi, y_c, precision=gram_precision)
-            stats = part if stats is None else stats + part
-            if trace_regulariser:
-                sq = (phi * phi).sum(-1).double()
-                total_sq, max_sq = total_sq + sq.sum(), max(max_sq, float(sq.max()))
-    A, b = stats.A.clone().requires_grad_(True), stats.b.clone().requires_grad_(True)
-    noise = module.noise()
-    objective = ExactPosterior(GramStats(A, b, stats.c, n, stats.logdet_d), noise).log_marginal_likelihood()
-    if trace_regulariser:
-        S = torch.as_tensor(total_sq, dtype=torch.float64).requires_grad_(True)
-        M = torch.tensor(max_sq, dtype=torch.float64, requires_grad=True)
-        objective = objective - (n * M - S) / (2 * noise.double())
-    loss = -objective / n
-    loss.backward()  # into σ² directly, and into A, b (and S, M) for the second pass
-    max_claimed = False
-    for X_c, y_c in chunks:
-        phi = module(X_c)
-        part = gram_stats(phi, y_c, precision=gram_precision)
-        surrogate = (part.A * A.grad).sum() + (part.b * b.grad).sum()
-        if trace_regulariser:
-            sq = (phi * phi).sum(-1).double()
-            surrogate = surrogate + S.grad * sq.sum()
-            if not max_claimed and float(sq.max()) == max_sq:  # the max's subgradient goes to one point
-                surrogate, max_claimed = surrogate + M.grad * sq.max(), True
-        surrogate.backward()
-    return loss.item()
 
 
 @register
@@ -136,7 +67,7 @@ class DBKRegressor(NeuralGPRegressor):
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
-                 training_gram_precision="mixed", chunk_size=262144, lr=1e-3,
+                 training_gram_precision="mixed", chunk_size=EXACT_TRAIN_ROWS, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True,
                  input_scaling="minmax", seed=0, device="cpu", verbose=True):
@@ -216,7 +147,7 @@ class DBKRegressor(NeuralGPRegressor):
     def _validation_nll(self, val, predict_scaled) -> float:
         X_val, y_val = val
         with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
-            parts = [predict_scaled(X_val[i:i + 65536]) for i in range(0, len(X_val), 65536)]
+            parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
         mean, var_y = torch.cat([p[0] for p in parts]), torch.cat([p[2] for p in parts])
         return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
 
@@ -275,8 +206,7 @@ class DBKRegressor(NeuralGPRegressor):
         if not self.variance_correction:
             return None
         with torch.no_grad():
-            return max((self.module_(Xt[i:i + 65536]).double() ** 2).sum(-1).max()
-                       for i in range(0, len(Xt), 65536))
+            return map_rows(lambda X: (self.module_(X).double() ** 2).sum(-1).max().reshape(1), Xt).max()
 
     def _exact_posterior(self, Xt, yt):
         m = self.module_
@@ -315,7 +245,7 @@ class DBKRegressor(NeuralGPRegressor):
         (including any ``recalibrate`` factor)."""
         Xt = self._tensor(self._scaled_inputs(X), device=self.device)
         with torch.no_grad():
-            phi = torch.cat([self.module_(Xt[i:i + 65536]) for i in range(0, len(Xt), 65536)])
+            phi = map_rows(self.module_, Xt)
         return phi.double().cpu().numpy() * self._y_scale * math.sqrt(self.variance_scale)
 
     @property

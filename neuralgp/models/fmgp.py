@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.functional import softplus
 
+from neuralgp.chunking import map_rows
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP, ConstantNorm, ProductFeatures, SumFeatures
 from neuralgp.features.networks import ACTIVATIONS, NORMS
@@ -23,10 +23,9 @@ from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
-from neuralgp.posterior.variational import inverse_softplus
+from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, train, training_subsets
 
-CHUNK = 65536
 FEATURE_MAP_RULES = {  # the ψ network and its training, shared by the regressor and the classifier
     "n_features": POSITIVE_INT, "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
     "norm": (NONE, one_of(*NORMS)), "product": (NONE, int_tuple(2)), "additive": (NONE, int_tuple(2)),
@@ -36,24 +35,15 @@ FEATURE_MAP_RULES = {  # the ψ network and its training, shared by the regresso
 
 
 class FMGPModule(nn.Module):
-    """ψ network, σ² = noise_min + softplus(raw) and σ_f² = softplus(raw), one of each per output (class)."""
+    """ψ network, noise σ² (above ``noise_min``) and output scale σ_f², one of each per output (class)."""
 
     def __init__(self, net: nn.Module, n_outputs: int, noise_init: float, outputscale_init: float, noise_min: float):
         super().__init__()
-        if noise_init <= noise_min:
-            raise ValueError(f"noise_init ({noise_init}) must exceed noise_min ({noise_min})")
         self.net = net
-        self.noise_min = noise_min
         shape = () if n_outputs == 1 else (n_outputs,)
-        self.raw_noise = nn.Parameter(torch.full(shape, inverse_softplus(noise_init - noise_min)))
-        self.raw_outputscale = nn.Parameter(torch.full(shape, inverse_softplus(outputscale_init)))
+        self.noise = Positive(noise_init, floor=noise_min, shape=shape)
+        self.outputscale = Positive(outputscale_init, shape=shape)
         self.class_mean = nn.Parameter(torch.zeros(n_outputs)) if n_outputs > 1 else None
-
-    def noise(self) -> torch.Tensor:
-        return self.noise_min + softplus(self.raw_noise)
-
-    def outputscale(self) -> torch.Tensor:
-        return softplus(self.raw_outputscale)
 
     def forward(self, x):
         return self.net(x)
@@ -128,7 +118,7 @@ class _FMGPMixin:
 
     def _features_scaled(self, Xt) -> torch.Tensor:
         with torch.no_grad():
-            return torch.cat([self.module_(Xt[i:i + CHUNK]) for i in range(0, len(Xt), CHUNK)])
+            return map_rows(self.module_, Xt)
 
 
 @register
@@ -186,7 +176,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
 
             self._train_on_subsets(Xt, len(yt), subset_lml)
         with torch.no_grad():
-            stats = accumulate_stats(m, Xt, yt, chunk_size=CHUNK)
+            stats = accumulate_stats(m, Xt, yt)
             self.posterior_ = ExactPosterior(stats, m.noise().detach(), m.outputscale().detach())
         return self
 
@@ -271,7 +261,7 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
 
             self._train_on_subsets(Xt, len(labels), subset_lml)
             with torch.no_grad():  # full-data statistics, chunk by chunk: O(chunk · width) memory
-                per_class = accumulate_stats(self._features_scaled, Xt, lt, chunk_size=CHUNK,
+                per_class = accumulate_stats(self._features_scaled, Xt, lt,
                                              stats_fn=lambda psi, labels_c: class_gram(psi, labels_c, C))
                 self.posterior_ = self._posterior(per_class)
 

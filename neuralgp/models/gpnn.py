@@ -16,6 +16,7 @@ from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from sklearn.neighbors import NearestNeighbors
 from torch import nn
 
+from neuralgp.chunking import NEIGHBOUR_ROWS
 from neuralgp.io import register
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.base import NeuralGPRegressor
@@ -24,7 +25,7 @@ from neuralgp.train import train, training_subsets
 
 KERNELS = {"matern12": lambda: MaternKernel(nu=0.5), "matern32": lambda: MaternKernel(nu=1.5),
            "rbf": RBFKernel}
-PREDICT_BATCH = 128  # test points per batched Cholesky: 128 × k × k float64
+
 
 
 @register
@@ -100,8 +101,8 @@ class NNGPRegressor(NeuralGPRegressor):
         k = min(self.n_neighbors, len(self.train_y_))
         means, var_fs = [], []
         noise = self.likelihood_.noise.detach().squeeze()
-        for start in range(0, len(X), PREDICT_BATCH):
-            Xq = X[start:start + PREDICT_BATCH]
+        for start in range(0, len(X), NEIGHBOUR_ROWS):
+            Xq = X[start:start + NEIGHBOUR_ROWS]
             idx = self.neighbors_.kneighbors(Xq, n_neighbors=k, return_distance=False)
             Xn = torch.as_tensor(self.train_X_[idx], device=self.device)  # (m, k, d)
             yn = torch.as_tensor(self.train_y_[idx], device=self.device)

@@ -1,10 +1,14 @@
 """The posterior engine: one home for the linear algebra of weight-space GPs on features Φ."""
 
+from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.exact import PRECISIONS, ExactPosterior, GramStats, accumulate_stats, gram_stats
 from neuralgp.posterior.likelihoods import GaussianLikelihood, PoissonLikelihood, gauss_hermite
+from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
+from neuralgp.posterior.positive import Positive, inverse_softplus
 from neuralgp.posterior.variational import (FullRankPosterior, MeanFieldPosterior, elbo,
                                             make_weight_posterior)
 
 __all__ = ["PRECISIONS", "ExactPosterior", "GramStats", "accumulate_stats", "gram_stats", "GaussianLikelihood",
            "PoissonLikelihood", "gauss_hermite", "FullRankPosterior", "MeanFieldPosterior", "elbo",
-           "make_weight_posterior"]
+           "make_weight_posterior", "correction_scale", "trace_penalty", "exact_objective", "chunked_exact_backward",
+           "Positive", "inverse_softplus"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
+from neuralgp.chunking import row_slices
+
 STATS_DTYPE = torch.float64
 
 
@@ -139,7 +141,7 @@ def gram_stats(phi: torch.Tensor, y: torch.Tensor, noise_scale: torch.Tensor | N
 
 
 def accumulate_stats(feature_fn, X: torch.Tensor, y: torch.Tensor, noise_scale_fn=None,
-                     chunk_size: int = 65536, stats_fn=gram_stats) -> GramStats:
+                     chunk_size: int | None = None, stats_fn=gram_stats) -> GramStats:
     """Sum ``stats_fn`` over row chunks in float64 without keeping any graph: O(chunk·r) memory.
 
     ``feature_fn(X_chunk) -> Φ_chunk``; ``noise_scale_fn(Φ_chunk) -> d_chunk`` (optional);
@@ -147,10 +149,10 @@ def accumulate_stats(feature_fn, X: torch.Tensor, y: torch.Tensor, noise_scale_f
     """
     total = None
     with torch.no_grad():
-        for start in range(0, X.shape[0], chunk_size):
-            phi = feature_fn(X[start:start + chunk_size])
+        for rows in row_slices(X.shape[0], chunk_size):
+            phi = feature_fn(X[rows])
             scale = () if noise_scale_fn is None else (noise_scale_fn(phi),)
-            part = stats_fn(phi, y[start:start + chunk_size], *scale)
+            part = stats_fn(phi, y[rows], *scale)
             total = part if total is None else total + part
     return total
 

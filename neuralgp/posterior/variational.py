@@ -14,11 +14,7 @@ from torch import nn
 from torch.nn.functional import softplus
 
 from neuralgp.posterior.likelihoods import GaussianLikelihood
-
-
-def inverse_softplus(x: float) -> float:
-    """y with softplus(y) = x."""
-    return x + math.log(-math.expm1(-x))
+from neuralgp.posterior.positive import inverse_softplus
 
 
 class _WeightPosterior(nn.Module):

@@ -1,0 +1,68 @@
+"""Full-batch training objectives of weight-space GPs on features Φ = module(X): the exact log marginal
+likelihood (DBK eq. 5, minus the trace regulariser of eq. 11 if asked), whole or in chunks of rows.
+
+``module`` is any callable X → Φ with a ``noise()`` method returning σ² (DBK's and DAK's modules).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neuralgp.posterior.correction import trace_penalty
+from neuralgp.posterior.exact import ExactPosterior, GramStats, gram_stats
+
+
+def exact_objective(module, Xt, yt, trace_regulariser: bool,
+                    gram_precision: str = "float64") -> torch.Tensor:
+    """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
+    phi = module(Xt)
+    noise = module.noise()
+    objective = ExactPosterior(gram_stats(phi, yt, precision=gram_precision), noise).log_marginal_likelihood()
+    if trace_regulariser:
+        objective = objective - trace_penalty(phi, noise)
+    return objective
+
+
+def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: int,
+                           gram_precision: str = "float64") -> float:
+    """Gradient of −objective/n (as ``exact_objective``) accumulated into ``module`` in O(chunk·r) memory.
+
+    The objective depends on Φ only through A = ΦᵀΦ, b = Φᵀy (and, with the trace term, S = Σ‖φ_i‖² and
+    M = max‖φ_i‖²). Pass 1 sums these over chunks without a graph; autograd on the small r×r objective gives
+    ∂L/∂A, ∂L/∂b, ∂L/∂S, ∂L/∂M; pass 2 recomputes each chunk with a graph and back-propagates the linear
+    surrogate ⟨∂L/∂A, A_chunk⟩ + ⟨∂L/∂b, b_chunk⟩ + …, whose gradient sums to the full one. Returns the loss.
+    """
+    n = len(yt)
+    chunks = [(Xt[i:i + chunk_size], yt[i:i + chunk_size]) for i in range(0, n, chunk_size)]
+    with torch.no_grad():
+        stats, total_sq, max_sq = None, 0.0, -math.inf
+        for X_c, y_c in chunks:
+            phi = module(X_c)
+            part = gram_stats(phi, y_c, precision=gram_precision)
+            stats = part if stats is None else stats + part
+            if trace_regulariser:
+                sq = (phi * phi).sum(-1).double()
+                total_sq, max_sq = total_sq + sq.sum(), max(max_sq, float(sq.max()))
+    A, b = stats.A.clone().requires_grad_(True), stats.b.clone().requires_grad_(True)
+    noise = module.noise()
+    objective = ExactPosterior(GramStats(A, b, stats.c, n, stats.logdet_d), noise).log_marginal_likelihood()
+    if trace_regulariser:
+        S = torch.as_tensor(total_sq, dtype=torch.float64).requires_grad_(True)
+        M = torch.tensor(max_sq, dtype=torch.float64, requires_grad=True)
+        objective = objective - (n * M - S) / (2 * noise.double())
+    loss = -objective / n
+    loss.backward()  # into σ² directly, and into A, b (and S, M) for the second pass
+    max_claimed = False
+    for X_c, y_c in chunks:
+        phi = module(X_c)
+        part = gram_stats(phi, y_c, precision=gram_precision)
+        surrogate = (part.A * A.grad).sum() + (part.b * b.grad).sum()
+        if trace_regulariser:
+            sq = (phi * phi).sum(-1).double()
+            surrogate = surrogate + S.grad * sq.sum()
+            if not max_claimed and float(sq.max()) == max_sq:  # the max's subgradient goes to one point
+                surrogate, max_claimed = surrogate + M.grad * sq.max(), True
+        surrogate.backward()
+    return loss.item()
