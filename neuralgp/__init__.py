@@ -4,10 +4,11 @@ from neuralgp import datasets, metrics
 from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
 from neuralgp.io import load
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
-                             GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor,
-                             SVGPClassifier, SVGPRegressor)
+                             GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor,
+                             SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor)
 
-__version__ = "0.1.0"
-__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "NNGPRegressor", "NetworkClassifier", "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
-           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError", "DataError",
-           "ModelFileError", "NotFittedError", "__version__"]
+__version__ = "0.2.0"
+__all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
+           "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
+           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics",
+           "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

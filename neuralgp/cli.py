@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import sys
@@ -10,10 +11,7 @@ from pathlib import Path
 
 from neuralgp.errors import NeuralGPError
 
-MODELS = ("dbk", "svdbk", "fmgp", "gpnn")
-DEFAULT_SPLIT = {"fmgp": "holdout:1000:1000", "gpnn": "holdout:1000:1000"}  # FM-GP's protocol: 1000 test, 1000 recal.
 DATA_ROOT_HELP = "data folder (default $NEURALGP_DATA, else ~/.cache/neuralgp)"
-BENCH_SUITES = ("dbk-speed", "dbk-table1", "dbk-scaling", "fmgp-regression", "fmgp-classification", "fmgp-ablation")
 
 
 def _positive_int(text: str) -> int:
@@ -38,30 +36,36 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    from neuralgp.registry import ESTIMATORS
+    model_list = "; ".join(f"{name}: {entry.summary}" for name, entry in ESTIMATORS.items())
     f = sub.add_parser("fit", help="train on a data set, evaluate on its test split, print metrics")
     f.add_argument("--dataset", required=True, help="uci/<set>, gal/<set>, synthetic/step1d or a CSV path")
-    f.add_argument("--model", choices=MODELS, default="dbk",
-                   help="dbk (exact), svdbk (SVI), fmgp (FM-GP, recalibrated on the validation part), "
-                        "gpnn (nearest-neighbour GP, recalibrated)")
-    f.add_argument("--no-correction", action="store_true", help="disable the variance correction (the -c ablation)")
+    f.add_argument("--model", choices=list(ESTIMATORS), default="dbk", metavar="MODEL",
+                   help=f"one of {', '.join(ESTIMATORS)} (default dbk). {model_list}")
+    f.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any constructor parameter of the model, e.g. --param num_inducing=256 (repeatable; "
+                        "values are Python literals, else strings)")
+    f.add_argument("--no-correction", action="store_true",
+                   help="dbk, svdbk: disable the variance correction (the -c ablation)")
     f.add_argument("--paper-correction", action="store_true",
-                   help="free features with the paper's trace regulariser + diagonal correction "
+                   help="dbk, svdbk: free features with the paper's trace regulariser + diagonal correction "
                         "(default: constant-norm features)")
-    f.add_argument("--rank", type=_positive_int, default=None, help="features r (dbk, svdbk: 128) or p (fmgp: 64)")
+    f.add_argument("--rank", type=_positive_int, default=None,
+                   help="features: r of dbk/svdbk (128), the feature-map width of fmgp (64) or of the deep "
+                        "kernels dkl/sdkl/svdkl (2)")
     f.add_argument("--depth", type=_positive_int, default=None,
-                   help="dbk, svdbk: backbone depth (default 2; resnet: depth residual blocks after the input "
-                        "layer, mlp: depth hidden layers)")
+                   help="network depth of the models with a backbone (resnet: residual blocks after the input "
+                        "layer, mlp: hidden layers; default 2)")
     f.add_argument("--gram-precision", choices=("float64", "mixed", "float32"), default=None,
                    help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
                         "for prediction is always float64)")
-    f.add_argument("--split", default=None,
-                   help="random, mask:K, gal:K or holdout:T:V (default random; fmgp and gpnn holdout:1000:1000)")
+    f.add_argument("--split", default="random",
+                   help="random (70/10/20, default), mask:K, gal:K or holdout:T:V (the FM-GP papers': "
+                        "holdout:1000:1000)")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--max-iter", type=int, default=None,
-                   help="training iterations (dbk: 10000 full-batch steps; fmgp and gpnn: 200 Adam steps)")
-    f.add_argument("--max-epochs", type=int, default=2000, help="epochs (svdbk)")
-    f.add_argument("--lr", type=float, default=None,
-                   help="Adam learning rate (default: dbk/svdbk 1e-3, fmgp 1e-2, gpnn 0.1)")
+    f.add_argument("--max-iter", type=int, default=None, help="full-batch training iterations (model default)")
+    f.add_argument("--max-epochs", type=int, default=None, help="epochs of mini-batch models (model default)")
+    f.add_argument("--lr", type=float, default=None, help="Adam learning rate (model default)")
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
     f.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
@@ -78,15 +82,17 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--output", required=True,
                     help="CSV to write: columns mean,std (regressors) or label,p_<class>… (classifiers)")
 
+    from neuralgp.bench.suites import SUITES
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
-    b.add_argument("suite", choices=BENCH_SUITES)
+    b.add_argument("suite", choices=list(SUITES))
     b.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     b.add_argument("--seed", type=int, default=0, help="dbk-speed: seed of the split and the networks")
     b.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2,3,4; --quick: 0)")
     b.add_argument("--datasets", default=None, help="comma-separated, e.g. uci/pol,uci/protein")
     b.add_argument("--models", default=None, help="comma-separated row names, e.g. DBK,SVGP")
     b.add_argument("--quick", action="store_true", help="tiny subsamples and few iterations: a smoke run")
-    b.add_argument("--budget", type=float, default=1800.0, help="wall-clock seconds per run (default 1800)")
+    b.add_argument("--budget", type=float, default=None,
+                   help="wall-clock seconds of training per run (default: the suite's, 1800; equal-budget: 120)")
     b.add_argument("--device", default="cpu")
     b.add_argument("--depth", type=_positive_int, default=None,
                    help="network depth of every model that has one (default: each model's own; dbk-speed: DBK's 2)")
@@ -116,57 +122,53 @@ def _cmd_demo(args):
     print(f"\nwrote {png} and {Path(args.out) / 'metrics.md'}")
 
 
-def _build_model(args, n_features: int, task: str = "regression"):
-    from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor, NNGPRegressor
-    common = dict(seed=args.seed, verbose=not args.quiet, device=args.device, max_time=args.max_time)
-    if args.max_iter is not None:
-        common["max_iter"] = args.max_iter
-    if args.lr is not None:
-        common["lr"] = args.lr
-    if args.model in ("fmgp", "gpnn"):
-        if args.no_correction or args.paper_correction or args.gram_precision or args.depth is not None:
-            raise NeuralGPError(f"--no-correction, --paper-correction, --depth and --gram-precision are DBK options, "
-                                f"not {args.model}'s")
-        if args.model == "gpnn":
-            return NNGPRegressor(**common), {}
-        cls = FMGPClassifier if task == "classification" else FMGPRegressor
-        return cls(**common, **({} if args.rank is None else {"n_features": args.rank})), {}
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _model_params(args, cls: type, in_dim: int) -> dict:
+    """Constructor parameters from the command line; one the model does not take is an error from the registry."""
+    from neuralgp.registry import parameter_names
+    names = parameter_names(cls)
+    params = dict(seed=args.seed, verbose=not args.quiet, device=args.device, max_time=args.max_time)
+    params = {k: v for k, v in params.items() if k in names}
+    width = "rank" if "rank" in names else "feature_dim"
+    flags = {"max_iter": args.max_iter, "max_epochs": args.max_epochs, "lr": args.lr, width: args.rank,
+             "depth": args.depth, "training_gram_precision": args.gram_precision,
+             "variance_correction": False if args.no_correction else None,
+             "normalize_features": False if args.paper_correction else None}
+    params.update({k: v for k, v in flags.items() if v is not None})
     if args.no_correction and args.paper_correction:
         raise NeuralGPError("--no-correction and --paper-correction exclude each other; pick one")
-    if args.gram_precision and args.model != "dbk":
-        raise NeuralGPError("--gram-precision sets the full-batch Gram of exact DBK (--model dbk); "
-                            "svdbk trains on mini-batch ELBOs without it")
-    params = dict(common, inference="exact" if args.model == "dbk" else "svi", max_epochs=args.max_epochs,
-                  variance_correction=not args.no_correction, **({} if args.rank is None else {"rank": args.rank}))
-    if args.paper_correction:
-        params["normalize_features"] = False
-    if args.gram_precision:
-        params["training_gram_precision"] = args.gram_precision
-    if args.depth is not None:
-        params["depth"] = args.depth
-    if n_features == 1:
-        params["backbone"] = "mlp"  # the paper's synthetic backbone
-    model = DBKRegressor(**params)
-    return model, {"rank": model.rank, "backbone": model.backbone, "depth": model.depth,
-                   "variance_correction": not args.no_correction,
-                   "normalize_features": model._uses_normalized_features(),
-                   "training_gram_precision": model.training_gram_precision}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise NeuralGPError(f"--param {item!r}: write NAME=VALUE, e.g. --param num_inducing=256")
+        params[key] = _literal(value)
+    if in_dim == 1 and "backbone" in names and "backbone" not in params:
+        params["backbone"] = "mlp"  # the DBK paper's synthetic backbone
+    return params
 
 
 def _cmd_fit(args):
-    from neuralgp import datasets
+    from neuralgp import datasets, registry
     from neuralgp.bench.evaluate import evaluate_classification, evaluate_regression
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise NeuralGPError(f"--out {out} exists and is not a folder")
-    ds = datasets.load(args.dataset, split=args.split or DEFAULT_SPLIT.get(args.model), seed=args.seed,
-                       root=args.data_root, n=args.n, target=args.target)
-    if ds.task == "classification" and args.model != "fmgp":
-        raise NeuralGPError(f"{args.dataset} is a classification set; of the `fit` models only fmgp classifies")
-    model, described = _build_model(args, ds.n_features, ds.task)
+    ds = datasets.load(args.dataset, split=args.split, seed=args.seed, root=args.data_root, n=args.n,
+                       target=args.target)
+    cls = registry.estimator_class(args.model, ds.task)
+    model = registry.build(args.model, ds.task, **_model_params(args, cls, ds.n_features))
     evaluate = evaluate_regression if ds.task == "regression" else evaluate_classification
-    result = {"dataset": args.dataset, "model": args.model, "split": ds.split, "seed": args.seed,
-              "device": args.device, **described, **evaluate(model, ds)}
+    params = {k: v for k, v in model.get_params().items() if v is None or isinstance(v, (bool, int, float, str))}
+    if hasattr(model, "uses_normalized_features"):
+        params["normalize_features"] = model.uses_normalized_features()
+    result = {"dataset": args.dataset, "model": args.model, "estimator": cls.__name__, "split": ds.split,
+              "seed": args.seed, "device": args.device, "params": params, **evaluate(model, ds)}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         model.save(out / "model.pt")
@@ -216,24 +218,21 @@ def _cmd_predict(args):
 
 
 def _cmd_bench(args):
-    if args.suite != "dbk-speed":
-        from neuralgp.bench.harness import run_suite
-        split = lambda v: v.split(",") if v else None  # noqa: E731
-        out = run_suite(args.suite, args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),
-                        seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
-                        dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
-                        budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only,
-                        depth=args.depth)
-        print((out / "table.md").read_text())
-        print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
+    from neuralgp.bench.suites import SUITES
+    from neuralgp.bench.suites.dbk import SpeedSuite, format_speed
+    suite = SUITES[args.suite]
+    if isinstance(suite, SpeedSuite):
+        result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth)
+        print(json.dumps(result, indent=2) if args.json else format_speed(result))
         return
-    from neuralgp.bench.speed import dbk_speed, format_speed
-    result = dbk_speed(seed=args.seed, root=args.data_root, **({} if args.depth is None else {"depth": args.depth}))
-    result["command"] = "neuralgp " + " ".join(sys.argv[1:])
-    print(json.dumps(result, indent=2) if args.json else format_speed(result))
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        _write_atomic(Path(args.out) / f"{args.suite}.json", json.dumps(result, indent=2) + "\n")
+    split = lambda v: v.split(",") if v else None  # noqa: E731
+    out = suite.run(args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),
+                    seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
+                    dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
+                    budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only,
+                    depth=args.depth)
+    print((out / "table.md").read_text())
+    print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
 
 
 def _cmd_datasets(args):

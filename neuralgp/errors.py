@@ -141,3 +141,7 @@ def check_labels(X, y, x_name: str = "X", y_name: str = "y", min_classes: int = 
     if n_classes < min_classes:
         raise InputError(f"{y_name} has 1 class ({y[0]!r}); a classifier needs at least {min_classes} classes")
     return X, y
+
+
+class ResourceLimitError(NeuralGPError):
+    """A model that would not fit in its memory budget (``max_memory_gb``); benchmarks record it like a paper's '−'."""

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from neuralgp.bench.speed import dbk_speed, format_speed
+from neuralgp.bench.suites.dbk import dbk_speed, format_speed
 from neuralgp.cli import main
 
 
@@ -21,7 +21,8 @@ def test_fit_json_save_and_predict(tmp_path):
               "--gram-precision", "float32", "--depth", "3", "--json", "--quiet", "--out", str(out))
     assert res.returncode == 0, res.stderr
     metrics = json.loads(res.stdout)
-    assert metrics["training_gram_precision"] == "float32" and metrics["depth"] == 3
+    assert metrics["params"]["training_gram_precision"] == "float32" and metrics["params"]["depth"] == 3
+    assert metrics["estimator"] == "DBKRegressor" and metrics["params"]["normalize_features"] is True
     for key in ("mae", "rmse", "nll", "crps", "coverage_95", "train_seconds", "iterations"):
         assert key in metrics
     assert metrics["iterations"] == 60 and metrics["n_train"] == 216
@@ -34,6 +35,27 @@ def test_fit_json_save_and_predict(tmp_path):
     assert lines[0] == "mean,std" and len(lines) == 8 and all(float(v.split(",")[1]) > 0 for v in lines[1:])
 
 
+def test_fit_help_lists_every_registry_name():
+    from neuralgp.registry import ESTIMATORS
+    res = run("fit", "--help")
+    assert res.returncode == 0 and all(f"{name}:" in res.stdout.replace("\n", " ") for name in ESTIMATORS)
+
+
+@pytest.mark.parametrize("name", ["fmgp", "gpnn", "gp", "sgpr", "svgp", "dkl", "sdkl", "svdkl"])
+def test_every_registry_name_fits_a_small_set_with_its_defaults(name, capsys):
+    """yacht has 308 rows: no default (split, inducing points, neighbours, subsets) may assume more."""
+    assert main(["fit", "--dataset", "uci/yacht", "--model", name, "--max-time", "1", "--json", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == name and result["split"] == "random" and result["rmse"] < 1.5
+
+
+def test_param_sets_any_constructor_parameter(capsys):
+    assert main(["fit", "--dataset", "uci/yacht", "--model", "svgp", "--param", "num_inducing=16",
+                 "--param", "base_kernel=matern32", "--max-epochs", "2", "--json", "--quiet"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert params["num_inducing"] == 16 and params["base_kernel"] == "matern32"
+
+
 def test_svdbk_fit_and_text_output(capsys):
     assert main(["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--max-epochs", "3", "--rank", "8",
                  "--quiet"]) == 0
@@ -42,13 +64,14 @@ def test_svdbk_fit_and_text_output(capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["fit", "--dataset", "uci/nonexistent"], "uci set 'nonexistent' not found"),
-    (["fit", "--dataset", "uci_classification/magic"], "classification set"),
+    (["fit", "--dataset", "uci_classification/magic"], "model 'dbk' has no classification estimator"),
+    (["fit", "--dataset", "uci/yacht", "--model", "nngp"], "invalid choice: 'nngp'"),
+    (["fit", "--dataset", "uci/yacht", "--param", "num_inducing"], "write NAME=VALUE"),
     (["predict", "missing.pt", "x.csv", "--output", "o.csv"], "model file missing.pt does not exist"),
     (["fit", "--dataset", "uci/yacht", "--no-correction", "--paper-correction"], "exclude each other"),
-    (["fit", "--dataset", "uci/yacht", "--model", "fmgp", "--split", "random", "--gram-precision", "mixed"],
-     "are DBK options"),
-    (["fit", "--dataset", "uci/yacht", "--model", "svdbk", "--gram-precision", "mixed"], "exact DBK"),
-    (["fit", "--dataset", "uci/yacht", "--model", "gpnn", "--split", "random", "--depth", "3"], "are DBK options"),
+    (["fit", "--dataset", "uci/yacht", "--model", "fmgp", "--gram-precision", "mixed"],
+     "fmgp (FMGPRegressor) has no parameter training_gram_precision; its parameters are"),
+    (["fit", "--dataset", "uci/yacht", "--model", "gpnn", "--depth", "3"], "gpnn (GPnnRegressor) has no parameter depth"),
     (["fit", "--dataset", "uci/yacht", "--depth", "0"], "--depth: must be an integer >= 1, got '0'"),
     (["fit", "--dataset", "uci/yacht", "--rank", "x"], "--rank: must be an integer >= 1, got 'x'"),
     (["bench", "dbk-table1", "--quick", "--depth", "-1"], "--depth: must be an integer >= 1, got '-1'"),

@@ -57,7 +57,7 @@ def test_constant_norm_features_have_uniform_prior_variance():
     model = DBKRegressor(**SMALL).fit(X, y)
     sq = (model.features(np.random.default_rng(1).uniform(-5, 5, (50, 2))) ** 2).sum(1)
     np.testing.assert_allclose(sq, sq[0], rtol=1e-5)
-    assert model._uses_normalized_features() and not model._trace_regulariser()
+    assert model.uses_normalized_features() and not model.trains_trace_regulariser()
 
 
 def test_constant_norm_backward_matches_autograd_of_the_formula():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from neuralgp import FMGPClassifier, FMGPRegressor, InputError, NNGPRegressor, load
+from neuralgp import FMGPClassifier, FMGPRegressor, InputError, GPnnRegressor, load
 from neuralgp import chunking
 from neuralgp.cli import main
 from neuralgp.features import MLP, ProductFeatures, SumFeatures
@@ -24,7 +24,7 @@ def toy(n=120, d=3, seed=0):
 
 
 def small_fmgp(**kw):
-    return FMGPRegressor(**{"n_features": 8, "hidden": 32, "max_iter": 30, "lr": 1e-2, "verbose": False, **kw})
+    return FMGPRegressor(**{"feature_dim": 8, "hidden": 32, "max_iter": 30, "lr": 1e-2, "verbose": False, **kw})
 
 
 @pytest.mark.parametrize("n,p", [(40, 6), (5, 12)])
@@ -154,7 +154,7 @@ def classification_toy(n=200, seed=0):
 def test_classifier_probabilities_temperature_and_persistence(tmp_path):
     X, y = classification_toy()
     X_cal, y_cal = classification_toy(80, seed=1)
-    clf = FMGPClassifier(n_features=8, hidden=32, max_iter=40, lr=1e-2, n_samples=64, verbose=False)
+    clf = FMGPClassifier(feature_dim=8, hidden=32, max_iter=40, lr=1e-2, n_samples=64, verbose=False)
     clf.fit(X, y * 10, X_cal, y_cal * 10)  # any integer labels
     proba = clf.predict_proba(X_cal)
     assert proba.shape == (80, 4)
@@ -171,9 +171,9 @@ def test_classifier_probabilities_temperature_and_persistence(tmp_path):
 
 def test_classifier_full_data_statistics_in_chunks_equal_one_pass(monkeypatch):
     X, y = classification_toy(90)
-    one = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
+    one = FMGPClassifier(feature_dim=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
     monkeypatch.setattr(chunking, "NO_GRAD_ROWS", 16)  # 6 chunks, the last one partial
-    chunked = FMGPClassifier(n_features=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
+    chunked = FMGPClassifier(feature_dim=4, hidden=8, max_iter=3, verbose=False).fit(X, y)
     a, b = one.posterior_.stats, chunked.posterior_.stats
     assert a.n == b.n == 90
     for x, z in ((a.A, b.A), (a.b, b.b), (a.c, b.c), (a.logdet_d, b.logdet_d)):
@@ -182,7 +182,7 @@ def test_classifier_full_data_statistics_in_chunks_equal_one_pass(monkeypatch):
 
 def test_classifier_bad_input():
     X, y = classification_toy(40)
-    clf = FMGPClassifier(n_features=4, hidden=8, max_iter=2, verbose=False)
+    clf = FMGPClassifier(feature_dim=4, hidden=8, max_iter=2, verbose=False)
     with pytest.raises(InputError, match="Unknown label type: continuous"):
         clf.fit(X, y + 0.5)
     with pytest.raises(InputError, match="y has 1 class"):
@@ -198,7 +198,7 @@ def test_classifier_bad_input():
 
 def test_gpnn_with_all_points_as_neighbours_equals_the_exact_gp():
     X, y = toy(80)
-    model = NNGPRegressor(n_neighbors=500, max_iter=20, normalize_y=False, input_scaling="none", verbose=False)
+    model = GPnnRegressor(n_neighbors=500, max_iter=20, normalize_y=False, input_scaling="none", verbose=False)
     model.fit(X, y)
     Xq = X[:10] + 0.05
     mean, std = model.predict(Xq, return_std=True)

@@ -4,13 +4,15 @@ import json
 
 import pytest
 
-from neuralgp.bench.harness import DBK_TABLE1_MODELS, read_records, run_suite
+from neuralgp.bench.runner import read_records, run_suite
+from neuralgp.bench.suites import SUITES
+from neuralgp.bench.suites.dbk import TABLE1_MODELS
 from neuralgp.cli import main
 from neuralgp.errors import InputError
 
 
 def test_quick_suite_records_resumes_and_tabulates(tmp_path):
-    out = run_suite("dbk-table1", tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
+    out = run_suite(SUITES["dbk-table1"], tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
                     quick=True, verbose=False, depth=1)
     records = read_records(out / "results.jsonl")
     assert [r["model"] for r in records] == ["DBK", "SVGP", "sGP"]
@@ -19,7 +21,7 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
         assert r["status"] in ("ok", "time-capped") and r["quick"] and r["n_train"] == 300
         for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine"):
             assert key in r
-    run_suite("dbk-table1", tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
+    run_suite(SUITES["dbk-table1"], tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
               quick=True, verbose=False)
     assert len(read_records(out / "results.jsonl")) == 3  # nothing ran twice
     table = (out / "table.md").read_text()
@@ -33,17 +35,17 @@ def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
               "status": "time-capped", "rmse": 0.2, "mae": 0.1, "nll": 0.3, "train_seconds": 120.0,
               "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0}
     with pytest.raises(InputError, match="no records"):
-        run_suite("dbk-table1", tmp_path / "none", report_only=True, verbose=False)
+        run_suite(SUITES["dbk-table1"], tmp_path / "none", report_only=True, verbose=False)
     assert not (tmp_path / "none").exists()  # nothing written
     (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
-    run_suite("dbk-table1", tmp_path, report_only=True, verbose=False)
+    run_suite(SUITES["dbk-table1"], tmp_path, report_only=True, verbose=False)
     assert len(read_records(tmp_path / "results.jsonl")) == 1  # nothing ran
     row = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| SVGP"))
     assert row.startswith("| SVGP † | 1/1 | **0.1000** |") and "| 40 |" in row and row.endswith("| cpu, 1 thread, 120 s |")
 
 
 def test_cli_quick_has_all_fourteen_paper_rows(tmp_path, capsys):
-    paper_rows = [m for m in DBK_TABLE1_MODELS if m != "DBK (paper corr.)"]
+    paper_rows = [m for m in TABLE1_MODELS if m != "DBK (paper corr.)"]
     assert len(paper_rows) == 14
     assert main(["bench", "dbk-table1", "--quick", "--datasets", "uci/pol", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
@@ -53,7 +55,7 @@ def test_cli_quick_has_all_fourteen_paper_rows(tmp_path, capsys):
 
 
 def test_scaling_quick_suite(tmp_path):
-    out = run_suite("dbk-scaling", tmp_path, model_names=["DBK", "GP"], quick=True, verbose=False)
+    out = run_suite(SUITES["dbk-scaling"], tmp_path, model_names=["DBK", "GP"], quick=True, verbose=False)
     table = (out / "table.md").read_text()
     assert "| 1e+02 | DBK |" in table and "| 1e+03 | GP |" in table
     assert all(r["peak_memory_mb"] > 0 for r in read_records(out / "results.jsonl"))
@@ -61,7 +63,7 @@ def test_scaling_quick_suite(tmp_path):
 
 
 def test_fmgp_quick_suites_recalibrate_and_show_the_paper(tmp_path):
-    out = run_suite("fmgp-regression", tmp_path / "reg", model_names=["FM-GP", "Var"], quick=True, verbose=False)
+    out = run_suite(SUITES["fmgp-regression"], tmp_path / "reg", model_names=["FM-GP", "Var"], quick=True, verbose=False)
     records = read_records(out / "results.jsonl")
     assert {r["model"] for r in records} == {"FM-GP", "Var"}
     for r in records:
@@ -69,7 +71,7 @@ def test_fmgp_quick_suites_recalibrate_and_show_the_paper(tmp_path):
         assert r["variance_scale"] != 1.0 and r["predict_seconds_per_point"] > 0
     table = (out / "table.md").read_text()
     assert "0.0207 ± 0.003" in table and "| FM-GP | 1/1 |" in table  # the paper's Poletele MSE beside ours
-    out = run_suite("fmgp-classification", tmp_path / "cls", quick=True, verbose=False)
+    out = run_suite(SUITES["fmgp-classification"], tmp_path / "cls", quick=True, verbose=False)
     records = read_records(out / "results.jsonl")
     assert all(r["status"] == "ok" and 0 <= r["error"] <= 1 and r["temperature"] > 0 for r in records)
     assert "0.122 ± 0.016" in (out / "table.md").read_text()

@@ -25,9 +25,9 @@ PEER = dict(verbose=False, dtype="float64")
 ESTIMATORS = [
     ng.DBKRegressor(rank=8, hidden=16, max_iter=50, verbose=False),
     ng.DBKRegressor(rank=8, hidden=16, inference="svi", max_epochs=100, lr=1e-2, verbose=False),
-    ng.FMGPRegressor(n_features=8, hidden=16, max_iter=20, verbose=False),
-    ng.FMGPClassifier(n_features=8, hidden=16, max_iter=30, verbose=False),
-    ng.NNGPRegressor(n_neighbors=20, max_iter=10, verbose=False),
+    ng.FMGPRegressor(feature_dim=8, hidden=16, max_iter=20, verbose=False),
+    ng.FMGPClassifier(feature_dim=8, hidden=16, max_iter=30, verbose=False),
+    ng.GPnnRegressor(n_neighbors=20, max_iter=10, verbose=False),
     ng.NetworkClassifier(hidden=32, max_epochs=60, lr=1e-2, verbose=False),
     ng.ExactGPRegressor(max_iter=50, lr=0.05, **PEER),
     ng.SGPRRegressor(max_iter=50, lr=0.05, num_inducing=16, **PEER),
@@ -89,7 +89,7 @@ def test_grid_search_and_cross_val_score():
     X, y = _regression()
     search = GridSearchCV(ng.DBKRegressor(**FAST_DBK), {"rank": [2, 8]}, cv=2).fit(X, y)
     assert search.best_params_["rank"] in (2, 8) and np.isfinite(search.best_score_)
-    scores = cross_val_score(ng.FMGPRegressor(n_features=8, hidden=16, max_iter=30, verbose=False), X, y, cv=3)
+    scores = cross_val_score(ng.FMGPRegressor(feature_dim=8, hidden=16, max_iter=30, verbose=False), X, y, cv=3)
     assert scores.shape == (3,) and np.all(np.isfinite(scores)) and scores.mean() > 0.5
 
 
@@ -97,7 +97,7 @@ def test_string_labels_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 2))
     y = np.where(X[:, 0] > 0, "spam", "ham")
-    clf = ng.FMGPClassifier(n_features=8, hidden=16, max_iter=30, verbose=False).fit(X, y)
+    clf = ng.FMGPClassifier(feature_dim=8, hidden=16, max_iter=30, verbose=False).fit(X, y)
     assert set(clf.predict(X)) <= {"spam", "ham"} and (clf.predict(X) == y).mean() > 0.9
     clf.save(tmp_path / "m.pt")
     np.testing.assert_array_equal(ng.load(tmp_path / "m.pt").predict(X), clf.predict(X))
@@ -112,7 +112,7 @@ def test_every_parameter_has_a_rule_and_the_defaults_pass(estimator):
 @pytest.mark.parametrize("estimator,params,message", [
     (ng.SVGPRegressor(verbose=False), {"lr": 0}, "SVGPRegressor: lr must be a number > 0, got 0"),
     (ng.FMGPRegressor(verbose=False), {"product": (8,)}, "product must be None or a tuple of at least 2"),
-    (ng.NNGPRegressor(verbose=False), {"kernel": "cosine"}, "kernel must be one of"),
+    (ng.GPnnRegressor(verbose=False), {"kernel": "cosine"}, "kernel must be one of"),
     (ng.NetworkClassifier(verbose=False), {"norm": "group"}, "norm must be None or one of"),
 ])
 def test_bad_parameters_stop_fit_before_any_work(estimator, params, message):

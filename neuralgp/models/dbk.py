@@ -99,14 +99,14 @@ class DBKRegressor(NeuralGPRegressor):
         self.verbose = verbose
 
     # -- construction ----------------------------------------------------------------------------
-    def _uses_normalized_features(self) -> bool:
+    def uses_normalized_features(self) -> bool:
         if self.normalize_features == "auto":
             return bool(self.variance_correction) and self.rank >= 2
         return bool(self.normalize_features)
 
-    def _trace_regulariser(self) -> bool:
+    def trains_trace_regulariser(self) -> bool:
         """The trace term is trained only for free features: with constant-norm features it is zero."""
-        return bool(self.variance_correction) and not self._uses_normalized_features()
+        return bool(self.variance_correction) and not self.uses_normalized_features()
 
     def _gram_precision(self) -> str:
         if self.training_gram_precision not in PRECISIONS:
@@ -121,7 +121,7 @@ class DBKRegressor(NeuralGPRegressor):
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)
-        if self._uses_normalized_features():
+        if self.uses_normalized_features():
             net = ConstantNorm(net)
         return DBKModule(net, self.rank, self.noise_init, self.noise_min, self.inference == "svi",
                          self.variational_family).to(self.device)
@@ -159,9 +159,9 @@ class DBKRegressor(NeuralGPRegressor):
         def step():
             opt.zero_grad(set_to_none=True)
             if chunked:  # same gradient, O(chunk·r) memory, one extra forward pass
-                loss = chunked_exact_backward(m, Xt, yt, self._trace_regulariser(), self.chunk_size, precision)
+                loss = chunked_exact_backward(m, Xt, yt, self.trains_trace_regulariser(), self.chunk_size, precision)
             else:
-                loss = -exact_objective(m, Xt, yt, self._trace_regulariser(), precision) / n
+                loss = -exact_objective(m, Xt, yt, self.trains_trace_regulariser(), precision) / n
                 loss.backward()
                 loss = loss.item()
             opt.step()
@@ -184,7 +184,7 @@ class DBKRegressor(NeuralGPRegressor):
             phi = m(Xt[idx])
             noise = m.noise()
             objective = elbo(phi, yt[idx], m.q, GaussianLikelihood(noise), n_total=n)
-            if self._trace_regulariser():
+            if self.trains_trace_regulariser():
                 objective = objective - (n / len(idx)) * trace_penalty(phi, noise)
             return -objective / n
 

@@ -27,7 +27,7 @@ from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, train, training_subsets
 
 FEATURE_MAP_RULES = {  # the ψ network and its training, shared by the regressor and the classifier
-    "n_features": POSITIVE_INT, "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
+    "feature_dim": POSITIVE_INT, "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
     "norm": (NONE, one_of(*NORMS)), "product": (NONE, int_tuple(2)), "additive": (NONE, int_tuple(2)),
     "unit_norm": BOOL, "n_subsets": POSITIVE_INT, "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
     "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outputscale_init": POSITIVE, "noise_min": NON_NEGATIVE,
@@ -49,7 +49,7 @@ class FMGPModule(nn.Module):
         return self.net(x)
 
 
-def build_feature_map(in_dim: int, n_features: int, hidden: int, depth: int, activation: str, norm, product,
+def build_feature_map(in_dim: int, feature_dim: int, hidden: int, depth: int, activation: str, norm, product,
                       additive, unit_norm: bool) -> tuple[nn.Module, int]:
     """MLP_p, or MLP_p₁ × MLP_p₂ (``product=(p₁, p₂)``, the Hadamard product of the two kernels), or
     [MLP_p₁, MLP_p₂, …] (``additive=(p₁, p₂, …)``, the sum of the kernels); optionally ψ/‖ψ‖. Returns (map, rank)."""
@@ -63,7 +63,7 @@ def build_feature_map(in_dim: int, n_features: int, hidden: int, depth: int, act
     elif additive is not None:
         net, rank = SumFeatures(*(mlp(p) for p in additive)), sum(int(p) for p in additive)
     else:
-        net, rank = mlp(int(n_features)), int(n_features)
+        net, rank = mlp(int(feature_dim)), int(feature_dim)
     if unit_norm:
         net = ConstantNorm(net, learn_scale=False)
     return net, rank
@@ -73,7 +73,7 @@ class _FMGPMixin:
     """What the regressor and the classifier share: the feature map, the subset training loop."""
 
     def _new_module(self, in_dim: int, n_outputs: int, noise_init: float) -> FMGPModule:
-        net, self.rank_ = build_feature_map(in_dim, self.n_features, self.hidden, self.depth, self.activation,
+        net, self.rank_ = build_feature_map(in_dim, self.feature_dim, self.hidden, self.depth, self.activation,
                                             self.norm, self.product, self.additive, self.unit_norm)
         return FMGPModule(net, n_outputs, noise_init, self.outputscale_init, self.noise_min).to(self.device)
 
@@ -133,11 +133,11 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
 
     param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL}
 
-    def __init__(self, n_features=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
+    def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
                  input_scaling="standard", seed=0, device="cpu", verbose=True):
-        self.n_features = n_features
+        self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
         self.activation = activation
@@ -217,11 +217,11 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
 
     param_rules = {**FEATURE_MAP_RULES, "heteroscedastic": BOOL, "alpha_eps": POSITIVE, "n_samples": POSITIVE_INT}
 
-    def __init__(self, n_features=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
+    def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, heteroscedastic=True, alpha_eps=ALPHA_EPS, n_samples=256, n_subsets=4,
                  subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0, outputscale_init=1.0,
                  noise_min=1e-6, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):
-        self.n_features = n_features
+        self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
         self.activation = activation

@@ -7,35 +7,35 @@ papers by default. Like the exact GP peers, a saved GPnn holds its (scaled) trai
 
 from __future__ import annotations
 
+import warnings
+
 import gpytorch
 import numpy as np
 import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultivariateNormal
-from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from sklearn.neighbors import NearestNeighbors
 from torch import nn
 
 from neuralgp.chunking import NEIGHBOUR_ROWS
 from neuralgp.io import register
+from neuralgp.kernels import STATIONARY_KERNELS, make_kernel
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, POSITIVE, POSITIVE_INT, one_of
 from neuralgp.train import train, training_subsets
 
-KERNELS = {"matern12": lambda: MaternKernel(nu=0.5), "matern32": lambda: MaternKernel(nu=1.5),
-           "rbf": RBFKernel}
 
 
 
 @register
-class NNGPRegressor(NeuralGPRegressor):
-    """Nearest-neighbour GP: ``fit`` learns (lengthscale, σ_f², σ²) on ``n_subsets`` subsets of ≤ ``subset_size``
+class GPnnRegressor(NeuralGPRegressor):
+    """GPnn, the nearest-neighbour GP of Allison et al. (2023): ``fit`` learns (lengthscale, σ_f², σ²) on ``n_subsets`` subsets of ≤ ``subset_size``
     (Adam, summed exact marginal likelihoods); ``predict`` conditions on the k nearest neighbours of each point.
     ``fit(X, y, X_cal, y_cal)`` recalibrates the variances on (X_cal, y_cal) like FM-GP.
     """
 
-    param_rules = {"n_neighbors": POSITIVE_INT, "kernel": one_of(*KERNELS), "n_subsets": POSITIVE_INT,
+    param_rules = {"n_neighbors": POSITIVE_INT, "kernel": one_of(*STATIONARY_KERNELS), "n_subsets": POSITIVE_INT,
                    "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT, "lr": POSITIVE, "noise_init": POSITIVE,
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    **COMMON_RULES}
@@ -63,9 +63,7 @@ class NNGPRegressor(NeuralGPRegressor):
         return self._fit_and_recalibrate(X, y, X_cal, y_cal)
 
     def _build(self):
-        if self.kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {self.kernel!r}; use one of {sorted(KERNELS)}")
-        self.covar_ = ScaleKernel(KERNELS[self.kernel]()).to(device=self.device, dtype=torch.float64)
+        self.covar_ = make_kernel(self.kernel).to(device=self.device, dtype=torch.float64)
         self.likelihood_ = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(self.noise_min))
         self.likelihood_.to(device=self.device, dtype=torch.float64)
         self.likelihood_.noise = self.noise_init
@@ -135,3 +133,16 @@ class NNGPRegressor(NeuralGPRegressor):
         self.likelihood_.load_state_dict(state["likelihood"])
         self._index(state["train_X"].numpy(), state["train_y"].numpy())
         self.n_iter_ = state["n_iter"]
+
+
+@register
+class NNGPRegressor(GPnnRegressor):
+    """Deprecated name of ``GPnnRegressor`` (removed in 0.3): "NNGP" usually means the neural-network GP."""
+
+    def __init__(self, n_neighbors=400, kernel="matern12", n_subsets=10, subset_size=300, max_iter=200, lr=0.1,
+                 noise_init=0.1, noise_min=1e-6, max_time=None, normalize_y=True, input_scaling="standard",
+                 seed=0, device="cpu", verbose=True):
+        warnings.warn("NNGPRegressor is now GPnnRegressor; the old name goes in neuralgp 0.3", FutureWarning,
+                      stacklevel=2)
+        super().__init__(n_neighbors, kernel, n_subsets, subset_size, max_iter, lr, noise_init, noise_min, max_time,
+                         normalize_y, input_scaling, seed, device, verbose)

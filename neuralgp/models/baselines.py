@@ -1,16 +1,17 @@
 """The standard GPs users compare against, taken from GPyTorch and wrapped in neuralgp's estimator interface.
 
-GP (exact), sGP (SGPR, Titsias' collapsed bound), SVGP (Hensman, mini-batch), their deep-kernel versions DKL,
-sDKL and SVDKL (network → h = 2 features → RBF-ARD), and, for speed comparisons only, "DBK written in
-GPyTorch" (an exact GP with a LinearKernel on r network features: DBK without correction).
-Defaults follow the DBK paper's baselines (§4 of docs/specs): RBF-ARD with lengthscales initialised at √(input
-dimension), 128 learned inducing points, the same ResNet backbone as DBK, Adam lr 1e-3, weight decay 1e-4 on
-network weights, batch 256, noise initialised at 1e-2 above a floor of 1e-6, CG with at most 512 iterations
-and LOVE of rank 512 for exact models. Nothing here re-implements GPyTorch.
+One class per inference scheme — exact (``ExactGPRegressor``), Titsias' collapsed sparse bound (``SGPRRegressor``),
+mini-batch SVGP (``SVGPRegressor``) — and the deep-kernel versions of each (DKL, sDKL, SVDKL), which put a feature
+network (the same backbones as DBK, h = ``feature_dim`` outputs) in front of the kernel. Kernels come from the
+registry in ``neuralgp.kernels``. ``GPyTorchDBKRegressor`` (an exact GP with a linear kernel on r network
+features: DBK without correction, written in GPyTorch) exists for speed comparisons.
 
-Exact and SGPR posteriors depend on every training point, so their saved files include the (scaled)
-training inputs and targets; SVGP and SVDKL files do not. ``dtype="float64"`` is GPyTorch's own advice
-for the float32 Cholesky/CG break-downs its users report (slower, twice the memory).
+Defaults follow the DBK paper's baselines (docs/methods/baselines.md): RBF with one lengthscale per input (ARD)
+started at √(input dimension), 128 learned inducing points, the ResNet backbone of DBK, Adam lr 1e-3, weight decay
+1e-4 on network weights, batch 256, noise started at 1e-2 above a floor of 1e-6, CG with at most 512 iterations and
+LOVE of rank 512 for exact models. Exact and SGPR posteriors depend on every training point, so their saved files
+include the (scaled) training data; SVGP and SVDKL files do not. ``dtype="float64"`` is GPyTorch's own advice for
+the float32 Cholesky/CG break-downs its users report (slower, twice the memory).
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ import numpy as np
 import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultivariateNormal
-from gpytorch.kernels import InducingPointKernel, LinearKernel, MaternKernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import InducingPointKernel
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
 
-from neuralgp.errors import NeuralGPError
 from neuralgp.datasets.scaling import Scaler
+from neuralgp.errors import ResourceLimitError
 from neuralgp.features import build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
+from neuralgp.kernels import KERNELS, make_kernel
 from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
@@ -41,26 +43,7 @@ from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, PO
 from neuralgp.posterior.dirichlet import dirichlet_targets
 from neuralgp.train import adam, minibatch_epoch, train
 
-
 NUMERICAL_ERRORS = (NanError, NotPSDError)
-
-
-class ResourceLimitError(NeuralGPError):
-    """A model that would not fit in the memory budget; the harness records it like the paper's '-'."""
-
-
-def _kernel(name: str, dim: int, batch_shape=torch.Size()) -> ScaleKernel:
-    """"rbf": RBF-ARD (the DBK paper's baselines); "matern12": the isotropic exponential kernel
-    exp(−‖x − x'‖/ℓ) of FM-GP's "Var" baseline. Lengthscales start at √dim."""
-    if name == "rbf":
-        base = RBFKernel(ard_num_dims=dim, batch_shape=batch_shape)
-        base.lengthscale = torch.full((*batch_shape, 1, dim), math.sqrt(dim))
-    elif name == "matern12":
-        base = MaternKernel(nu=0.5, batch_shape=batch_shape)
-        base.lengthscale = torch.full((*batch_shape, 1, 1), math.sqrt(dim))
-    else:
-        raise ValueError(f"unknown base_kernel {name!r}; use 'rbf' or 'matern12'")
-    return ScaleKernel(base, batch_shape=batch_shape)
 
 
 class _ExactModel(gpytorch.models.ExactGP):
@@ -76,11 +59,11 @@ class _ExactModel(gpytorch.models.ExactGP):
 
 
 class _SVGPLayer(gpytorch.models.ApproximateGP):
-    def __init__(self, inducing: torch.Tensor, kernel: str):
+    def __init__(self, inducing: torch.Tensor, covar):
         q = CholeskyVariationalDistribution(inducing.shape[0])
         super().__init__(VariationalStrategy(self, inducing, q, learn_inducing_locations=True))
         self.mean_module = ZeroMean()
-        self.covar_module = _kernel(kernel, inducing.shape[1])
+        self.covar_module = covar
 
     def forward(self, z):
         return MultivariateNormal(self.mean_module(z), self.covar_module(z))
@@ -89,38 +72,42 @@ class _SVGPLayer(gpytorch.models.ApproximateGP):
 class _SVGPModel(nn.Module):
     """Optional feature network followed by an SVGP layer (SVDKL when the network is there)."""
 
-    def __init__(self, inducing, kernel, feature=None):
+    def __init__(self, inducing, covar, feature=None):
         super().__init__()
         self.feature = feature
-        self.gp = _SVGPLayer(inducing, kernel)
+        self.gp = _SVGPLayer(inducing, covar)
 
     def forward(self, x):
         return self.gp(self.feature(x) if self.feature is not None else x)
 
 
-class _GPyTorchRegressor(NeuralGPRegressor):
-    """Shared machinery; subclasses set ``method`` ("exact", "sgpr", "svgp") and ``kernel`` ("rbf", "dkl",
-    "linear"). Parameters that a method does not use (``num_inducing`` for exact GPs, ``feature_dim`` without
-    a network) are ignored; ``feature_dim=None`` means the class default (h = 2, or r = 128 for the
-    GPyTorch DBK)."""
+class GPyTorchRegressor(NeuralGPRegressor):
+    """What every GPyTorch baseline shares: parameters, the optional feature network, the kernel, the likelihood,
+    fitting with validation, prediction and persistence. A scheme subclass supplies ``_gp_model`` (the GPyTorch
+    model), ``_training_loop`` and ``_memory_columns``; ``deep = True`` puts the network in front of the kernel.
 
-    method = "exact"
-    kernel = "rbf"
+    ``base_kernel=None`` and ``feature_dim=None`` mean the class defaults (``default_kernel``, ``default_feature_dim``).
+    Parameters a scheme does not use (``num_inducing`` for exact GPs, the network's without ``deep``) are ignored.
+    """
+
+    deep = False
+    default_kernel = "rbf"
     default_feature_dim = 2
+    keeps_training_data = True
     param_rules = {
         "num_inducing": POSITIVE_INT, "feature_dim": (NONE, POSITIVE_INT), "backbone": one_of(*BACKBONES),
         "hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS), "lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
         "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_min": NON_NEGATIVE, "cg_iterations": POSITIVE_INT, "love_rank": POSITIVE_INT,
-        "max_memory_gb": POSITIVE, "dtype": one_of("float32", "float64"), "base_kernel": one_of("rbf", "matern12"),
-        "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+        "max_memory_gb": POSITIVE, "dtype": one_of("float32", "float64"), "base_kernel": (NONE, one_of(*KERNELS)),
+        "ard": BOOL, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
                  lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, cg_iterations=512, love_rank=512,
-                 max_memory_gb=8.0, dtype="float32", base_kernel="rbf", normalize_y=True, input_scaling="minmax", seed=0,
-                 device="cpu", verbose=True):
+                 max_memory_gb=8.0, dtype="float32", base_kernel=None, ard=True, normalize_y=True,
+                 input_scaling="minmax", seed=0, device="cpu", verbose=True):
         self.num_inducing = num_inducing
         self.feature_dim = feature_dim
         self.backbone = backbone
@@ -142,6 +129,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         self.max_memory_gb = max_memory_gb
         self.dtype = dtype
         self.base_kernel = base_kernel
+        self.ard = ard
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
@@ -150,39 +138,26 @@ class _GPyTorchRegressor(NeuralGPRegressor):
 
     # -- construction ----------------------------------------------------------------------------
     def _torch_dtype(self) -> torch.dtype:
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
         return getattr(torch, self.dtype)
 
     def _as_tensor(self, a) -> torch.Tensor:
         return self._tensor(a, dtype=self._torch_dtype(), device=self.device)
 
     def estimated_memory_gb(self, n: int) -> float:
-        """Rough training peak: three float32 n×n matrices for exact GPs, three n×M for sparse ones."""
-        columns = n if self.method == "exact" else self.num_inducing
-        return 3 * (8 if self.dtype == "float64" else 4) * n * columns / 1e9
+        """Rough training peak: three n × (n or M) matrices of the working dtype."""
+        return 3 * (8 if self.dtype == "float64" else 4) * n * self._memory_columns(n) / 1e9
 
     def _feature(self, in_dim: int):
-        if self.kernel == "rbf":
+        """(network or None, dimension the kernel sees)."""
+        if not self.deep:
             return None, in_dim
         out = self.feature_dim or self.default_feature_dim
         net = build_backbone(self.backbone, in_dim, out, self.hidden, self.depth, self.activation)
         return net.to(device=self.device, dtype=self._torch_dtype()), out
 
-    def _build(self, Xt, yt):
-        feature, dim = self._feature(Xt.shape[1])
-        self.likelihood_ = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(self.noise_min))
-        self.likelihood_.noise = self.noise_init
-        if self.method == "svgp":
-            inducing = self._initial_inducing(Xt, feature)
-            self.model_ = _SVGPModel(inducing, self.base_kernel, feature)
-        else:
-            covar = LinearKernel() if self.kernel == "linear" else _kernel(self.base_kernel, dim)
-            if self.method == "sgpr":
-                covar = InducingPointKernel(covar, self._initial_inducing(Xt, feature), self.likelihood_)
-            self.model_ = _ExactModel(Xt, yt, self.likelihood_, covar, feature)
-        self.model_.to(device=self.device, dtype=self._torch_dtype())
-        self.likelihood_.to(device=self.device, dtype=self._torch_dtype())
+    def _kernel(self, dim: int):
+        """The registry kernel, lengthscales started at √dim (the DBK paper's baselines)."""
+        return make_kernel(self.base_kernel or self.default_kernel, dim, ard=self.ard, lengthscale=math.sqrt(dim))
 
     def _initial_inducing(self, Xt, feature):
         gen = torch.Generator().manual_seed(self.seed)
@@ -191,11 +166,27 @@ class _GPyTorchRegressor(NeuralGPRegressor):
             Z = Xt[idx] if feature is None else feature(Xt[idx])
         return Z.clone()
 
+    def build(self, Xt: torch.Tensor, yt: torch.Tensor) -> nn.ModuleList:
+        """Fresh GPyTorch model and likelihood for scaled training tensors (``model_``, ``likelihood_``); returns
+        both as one ModuleList (what the optimiser trains)."""
+        feature, dim = self._feature(Xt.shape[1])
+        self.likelihood_ = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(self.noise_min))
+        self.likelihood_.noise = self.noise_init
+        self.model_ = self._gp_model(Xt, yt, feature, self._kernel(dim))
+        self.model_.to(device=self.device, dtype=self._torch_dtype())
+        self.likelihood_.to(device=self.device, dtype=self._torch_dtype())
+        return self._modules()
+
     def _modules(self) -> nn.ModuleList:
         return nn.ModuleList([self.model_, self.likelihood_])
 
-    def _settings(self, predict: bool = False) -> contextlib.ExitStack:
-        """CG iterations and LOVE rank as in the paper; LOVE (fast_pred_var) for predictive variances."""
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the built model, weight decay on the network's weights only."""
+        feature = getattr(self.model_, "feature", None)
+        return adam(self._modules(), feature if feature is not None else nn.Module(), self.lr, self.weight_decay)
+
+    def settings(self, predict: bool = False) -> contextlib.ExitStack:
+        """GPyTorch settings of this model: CG iterations, LOVE rank, and LOVE (fast_pred_var) for prediction."""
         stack = contextlib.ExitStack()
         stack.enter_context(gpytorch.settings.max_cg_iterations(self.cg_iterations))
         stack.enter_context(gpytorch.settings.max_root_decomposition_size(self.love_rank))
@@ -212,10 +203,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             Xt, yt = self._as_tensor(X), self._as_tensor(y)
-            self._build(Xt, yt)
-            modules = self._modules()
-            feature = getattr(self.model_, "feature", None)
-            opt = adam(modules, feature if feature is not None else nn.Module(), self.lr, self.weight_decay)
+            modules = self.build(Xt, yt)
             validate = None
             if X_val is not None:
                 X_val_t = self._as_tensor(X_val)
@@ -224,67 +212,17 @@ class _GPyTorchRegressor(NeuralGPRegressor):
                     mean, _, var_y = self._predict_torch(X_val_t)
                     modules.train()
                     return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
-            with self._settings():
-                if self.method == "svgp":
-                    self.train_log_ = self._fit_svgp(Xt, yt, opt, modules, validate)
-                else:
-                    self.train_log_ = self._fit_exact(opt, modules, validate)
+            with self.settings():
+                self.train_log_ = self._training_loop(Xt, yt, self.optimizer(), validate)
         modules.eval()
         self.n_iter_ = self.train_log_.steps
         return self
-
-    def _fit_exact(self, opt, modules, validate):
-        mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.likelihood_, self.model_)
-        modules.train()
-        Xt, yt = self.model_.train_inputs[0], self.model_.train_targets
-
-        self.unpreconditioned_steps_ = 0
-
-        def step():
-            # GPyTorch's float32 pivoted-Cholesky preconditioner can turn the loss into NaN when the kernel is
-            # nearly low-rank (DKL's first steps on pol); such a step is redone without the preconditioner.
-            for precondition in (True, False):
-                opt.zero_grad(set_to_none=True)
-                with contextlib.nullcontext() if precondition else gpytorch.settings.max_preconditioner_size(0):
-                    try:
-                        loss = -mll(self.model_(Xt), yt)
-                    except NUMERICAL_ERRORS:
-                        continue
-                    if torch.isfinite(loss):
-                        loss.backward()
-                        opt.step()
-                        self.unpreconditioned_steps_ += not precondition
-                        return loss.item()
-            return math.nan  # a break-down either way: training stops and restores the last checked state
-
-        return train(modules, step, self.max_iter, validate, eval_every=self.eval_every or 100,
-                     patience=self.patience or 2000, verbose=self.verbose, desc=type(self).__name__,
-                     max_seconds=self.max_time)
-
-    def _fit_svgp(self, Xt, yt, opt, modules, validate):
-        n = len(yt)
-        mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.model_.gp, num_data=n)
-        gen = torch.Generator().manual_seed(self.seed)
-        modules.train()
-
-        def batch_loss(idx):
-            try:
-                return -mll(self.model_(Xt[idx]), yt[idx])
-            except NUMERICAL_ERRORS:
-                return torch.tensor(math.nan)
-
-        def epoch():
-            return minibatch_epoch(batch_loss, n, self.batch_size, gen, opt)
-
-        return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
-                     patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",
-                     max_seconds=self.max_time)
 
     # -- prediction --------------------------------------------------------------------------------
     def _predict_torch(self, Xt):
         modules = self._modules()
         modules.eval()
-        with torch.no_grad(), self._settings(predict=True):
+        with torch.no_grad(), self.settings(predict=True):
             f = self.model_(Xt)
             mean, var_f = f.mean.double(), f.variance.double().clamp_min(0)
         return mean, var_f, var_f + self.likelihood_.noise.detach().double().squeeze()
@@ -302,7 +240,7 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         state = {"model": {k: v.cpu() for k, v in self.model_.state_dict().items()},
                  "likelihood": {k: v.cpu() for k, v in self.likelihood_.state_dict().items()},
                  "n_iter": self.n_iter_}
-        if self.method != "svgp":  # exact and SGPR posteriors need the training data
+        if self.keeps_training_data:
             state["train_X"] = self.model_.train_inputs[0].cpu()
             state["train_y"] = self.model_.train_targets.cpu()
         else:
@@ -310,74 +248,155 @@ class _GPyTorchRegressor(NeuralGPRegressor):
         return state
 
     def _restore(self, state: dict):
-        if self.method == "svgp":
+        if self.keeps_training_data:
+            self.build(state["train_X"].to(self.device), state["train_y"].to(self.device))
+        else:  # shapes only: the state overwrites the values
             Xt = torch.zeros(state["inducing_shape"][0], self.n_features_in_, device=self.device,
                              dtype=self._torch_dtype())
-            self._build(Xt, torch.zeros(len(Xt), device=self.device, dtype=self._torch_dtype()))  # shapes only: the state overwrites it
-        else:
-            self._build(state["train_X"].to(self.device), state["train_y"].to(self.device))
+            self.build(Xt, torch.zeros(len(Xt), device=self.device, dtype=self._torch_dtype()))
         self.model_.load_state_dict(state["model"])
         self.likelihood_.load_state_dict(state["likelihood"])
         self._modules().eval()
         self.n_iter_ = state["n_iter"]
 
 
-@register
-class ExactGPRegressor(_GPyTorchRegressor):
-    """Exact GP, RBF-ARD kernel (the paper's "GP")."""
+class ExactGPScheme(GPyTorchRegressor):
+    """Exact GP inference (GPyTorch ExactGP, CG + LOVE), trained on the full-batch marginal likelihood."""
+
+    def _memory_columns(self, n: int) -> int:
+        return n
+
+    def _gp_model(self, Xt, yt, feature, covar):
+        return _ExactModel(Xt, yt, self.likelihood_, covar, feature)
+
+    def full_batch_step(self, optimizer):
+        """One Adam step on −log p(y) over the built model's training data; returns the loss (NaN on a break-down).
+
+        GPyTorch's float32 pivoted-Cholesky preconditioner can turn the loss into NaN when the kernel is nearly
+        low-rank (DKL's first steps on pol); such a step is redone without the preconditioner.
+        """
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.likelihood_, self.model_)
+        Xt, yt = self.model_.train_inputs[0], self.model_.train_targets
+        for precondition in (True, False):
+            optimizer.zero_grad(set_to_none=True)
+            with contextlib.nullcontext() if precondition else gpytorch.settings.max_preconditioner_size(0):
+                try:
+                    loss = -mll(self.model_(Xt), yt)
+                except NUMERICAL_ERRORS:
+                    continue
+                if torch.isfinite(loss):
+                    loss.backward()
+                    optimizer.step()
+                    self.unpreconditioned_steps_ += not precondition
+                    return loss.item()
+        return math.nan  # a break-down either way: training stops and restores the last checked state
+
+    def _training_loop(self, Xt, yt, optimizer, validate):
+        modules = self._modules()
+        modules.train()
+        self.unpreconditioned_steps_ = 0
+        return train(modules, lambda: self.full_batch_step(optimizer), self.max_iter, validate,
+                     eval_every=self.eval_every or 100, patience=self.patience or 2000, verbose=self.verbose,
+                     desc=type(self).__name__, max_seconds=self.max_time)
+
+
+class SGPRScheme(ExactGPScheme):
+    """Titsias' collapsed sparse bound (GPyTorch InducingPointKernel), learned inducing points."""
+
+    def _memory_columns(self, n: int) -> int:
+        return self.num_inducing
+
+    def _gp_model(self, Xt, yt, feature, covar):
+        covar = InducingPointKernel(covar, self._initial_inducing(Xt, feature), self.likelihood_)
+        return _ExactModel(Xt, yt, self.likelihood_, covar, feature)
+
+
+class SVGPScheme(GPyTorchRegressor):
+    """Stochastic variational GP (Hensman et al.): mini-batch ELBO, learned inducing points."""
+
+    keeps_training_data = False
+
+    def _memory_columns(self, n: int) -> int:
+        return self.num_inducing
+
+    def _gp_model(self, Xt, yt, feature, covar):
+        return _SVGPModel(self._initial_inducing(Xt, feature), covar, feature)
+
+    def _training_loop(self, Xt, yt, optimizer, validate):
+        n = len(yt)
+        mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.model_.gp, num_data=n)
+        gen = torch.Generator().manual_seed(self.seed)
+        modules = self._modules()
+        modules.train()
+
+        def batch_loss(idx):
+            try:
+                return -mll(self.model_(Xt[idx]), yt[idx])
+            except NUMERICAL_ERRORS:
+                return torch.tensor(math.nan)
+
+        def epoch():
+            return minibatch_epoch(batch_loss, n, self.batch_size, gen, optimizer)
+
+        return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
+                     patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",
+                     max_seconds=self.max_time)
 
 
 @register
-class SGPRRegressor(_GPyTorchRegressor):
+class ExactGPRegressor(ExactGPScheme):
+    """Exact GP, RBF-ARD kernel (the DBK paper's "GP")."""
+
+
+@register
+class SGPRRegressor(SGPRScheme):
     """Sparse GP with Titsias' collapsed bound and learned inducing points ("sGP")."""
-    method = "sgpr"
 
 
 @register
-class SVGPRegressor(_GPyTorchRegressor):
+class SVGPRegressor(SVGPScheme):
     """Stochastic variational GP, mini-batch ELBO, learned inducing points ("SVGP")."""
-    method = "svgp"
 
 
 @register
-class DKLRegressor(_GPyTorchRegressor):
+class DKLRegressor(ExactGPScheme):
     """Deep kernel learning: network → h features → RBF-ARD, exact GP ("DKL")."""
-    kernel = "dkl"
+    deep = True
 
 
 @register
-class SparseDKLRegressor(_GPyTorchRegressor):
+class SparseDKLRegressor(SGPRScheme):
     """DKL with an SGPR (collapsed) posterior, inducing points in feature space ("sDKL")."""
-    method = "sgpr"
-    kernel = "dkl"
+    deep = True
 
 
 @register
-class SVDKLRegressor(_GPyTorchRegressor):
+class SVDKLRegressor(SVGPScheme):
     """DKL with an SVGP posterior trained on mini-batches ("SVDKL")."""
-    method = "svgp"
-    kernel = "dkl"
+    deep = True
 
 
 @register
-class GPyTorchDBKRegressor(_GPyTorchRegressor):
+class GPyTorchDBKRegressor(ExactGPScheme):
     """DBK without correction written in GPyTorch: ExactGP + LinearKernel on r = feature_dim network features.
 
     For speed comparisons; use ``DBKRegressor`` for modelling.
     """
-    kernel = "linear"
+    deep = True
+    default_kernel = "linear"
     default_feature_dim = 128
 
 
 class _DirichletSVGP(gpytorch.models.ApproximateGP):
     """C independent SVGPs (a batch) sharing inducing inputs: one per Dirichlet-transformed class target."""
 
-    def __init__(self, inducing: torch.Tensor, n_classes: int, kernel: str):
+    def __init__(self, inducing: torch.Tensor, n_classes: int, kernel: str, ard: bool):
         batch = torch.Size([n_classes])
         q = CholeskyVariationalDistribution(inducing.shape[0], batch_shape=batch)
         super().__init__(VariationalStrategy(self, inducing, q, learn_inducing_locations=True))
         self.mean_module = ConstantMean(batch_shape=batch)
-        self.covar_module = _kernel(kernel, inducing.shape[1], batch)
+        dim = inducing.shape[1]
+        self.covar_module = make_kernel(kernel, dim, ard=ard, lengthscale=math.sqrt(dim), batch_shape=batch)
 
     def forward(self, z):
         return MultivariateNormal(self.mean_module(z), self.covar_module(z))
@@ -388,15 +407,16 @@ class SVGPClassifier(NeuralGPClassifier):
     """FM-GP's "Var" classifier: SVGP per class on Dirichlet-transformed labels (Milios et al. 2018) with their
     fixed heteroscedastic noise, GPyTorch's ``FixedNoiseGaussianLikelihood``; probabilities E[softmax(f/T)]."""
 
-    param_rules = {"num_inducing": POSITIVE_INT, "base_kernel": one_of("rbf", "matern12"), "alpha_eps": POSITIVE,
+    param_rules = {"num_inducing": POSITIVE_INT, "base_kernel": one_of(*KERNELS), "ard": BOOL, "alpha_eps": POSITIVE,
                    "n_samples": POSITIVE_INT, "lr": POSITIVE, "batch_size": POSITIVE_INT, "max_epochs": POSITIVE_INT,
                    "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
-    def __init__(self, num_inducing=200, base_kernel="matern12", alpha_eps=0.01, n_samples=256, lr=0.01,
+    def __init__(self, num_inducing=200, base_kernel="matern12", ard=False, alpha_eps=0.01, n_samples=256, lr=0.01,
                  batch_size=1024, max_epochs=100, max_time=None, input_scaling="standard", seed=0, device="cpu",
                  verbose=True):
         self.num_inducing = num_inducing
         self.base_kernel = base_kernel
+        self.ard = ard
         self.alpha_eps = alpha_eps
         self.n_samples = n_samples
         self.lr = lr
@@ -410,7 +430,7 @@ class SVGPClassifier(NeuralGPClassifier):
 
     def _build(self, n_features: int, n_classes: int, inducing=None):
         inducing = torch.zeros(self.num_inducing, n_features) if inducing is None else inducing
-        self.model_ = _DirichletSVGP(inducing, n_classes, self.base_kernel).to(self.device)
+        self.model_ = _DirichletSVGP(inducing, n_classes, self.base_kernel, self.ard).to(self.device)
         self.likelihood_ = gpytorch.likelihoods.FixedNoiseGaussianLikelihood(
             noise=torch.ones(n_classes, 1), learn_additional_noise=False).to(self.device)
 
