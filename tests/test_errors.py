@@ -93,7 +93,7 @@ def test_model_file_errors(tmp_path):
         neuralgp.load(foreign)
     older = tmp_path / "older.pt"
     torch.save({"format": "neuralgp-model", "format_version": 1, "class": "DBKRegressor"}, older)
-    with pytest.raises(ModelFileError, match="format version 1; this neuralgp reads version 3; re-fit"):
+    with pytest.raises(ModelFileError, match="format version 1; this neuralgp reads version 4; re-fit"):
         neuralgp.load(older)
 
 

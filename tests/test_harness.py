@@ -19,7 +19,8 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
     assert records[0]["params"]["depth"] == 1 and records[0]["params"]["rank"] == 128  # what ran is on record
     for r in records:
         assert r["status"] in ("ok", "time-capped") and r["quick"] and r["n_train"] == 300
-        for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine"):
+        for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine", "commit",
+                    "command"):
             assert key in r
     run_suite(SUITES["dbk-table1"], tmp_path, dataset_names=["uci/pol"], model_names=["DBK", "SVGP", "sGP"],
               quick=True, verbose=False)
@@ -33,7 +34,8 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
 def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
     record = {"suite": "dbk-table1", "model": "SVGP", "dataset": "uci/pol", "seed": 3, "quick": False,
               "status": "time-capped", "rmse": 0.2, "mae": 0.1, "nll": 0.3, "train_seconds": 120.0,
-              "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0}
+              "iterations": 40, "peak_memory_mb": 500.0, "device": "cpu", "threads": 1, "budget_s": 120.0,
+              "commit": "0123456789abcdef"}
     with pytest.raises(InputError, match="no records"):
         run_suite(SUITES["dbk-table1"], tmp_path / "none", report_only=True, verbose=False)
     assert not (tmp_path / "none").exists()  # nothing written
@@ -41,7 +43,7 @@ def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
     run_suite(SUITES["dbk-table1"], tmp_path, report_only=True, verbose=False)
     assert len(read_records(tmp_path / "results.jsonl")) == 1  # nothing ran
     row = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| SVGP"))
-    assert row.startswith("| SVGP † | 1/1 | **0.1000** |") and "| 40 |" in row and row.endswith("| cpu, 1 thread, 120 s |")
+    assert row.startswith("| SVGP † | 1/1 | **0.1000** |") and "| 40 |" in row and row.endswith("| cpu, 1 thread, 120 s | 0123456 |")
 
 
 def test_cli_quick_has_all_fourteen_paper_rows(tmp_path, capsys):

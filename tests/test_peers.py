@@ -52,7 +52,7 @@ def test_fit_predict_save_load(cls, tmp_path):
     for a, b in zip((mean, std), loaded.predict(X[:10], return_std=True)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     stored = torch.load(tmp_path / "m.pt", weights_only=True)["fitted"]
-    assert ("train_X" in stored) == (model.method != "svgp")
+    assert ("train_X" in stored) == model.keeps_training_data
     assert clone(model).get_params() == model.get_params()
 
 
@@ -91,3 +91,10 @@ def test_exact_step_redone_without_preconditioner_when_it_breaks_down(monkeypatc
     model = ExactGPRegressor(max_iter=5, verbose=False).fit(X, y)
     assert model.unpreconditioned_steps_ == model.n_iter_ == 5
     assert np.isfinite(model.predict(X)).all()
+
+
+def test_deprecated_gpnn_name_warns_and_is_the_same_estimator():
+    from neuralgp import GPnnRegressor, NNGPRegressor
+    with pytest.warns(FutureWarning, match="GPnnRegressor"):
+        old = NNGPRegressor(n_neighbors=7)
+    assert isinstance(old, GPnnRegressor) and old.get_params() == GPnnRegressor(n_neighbors=7).get_params()

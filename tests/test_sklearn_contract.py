@@ -52,7 +52,7 @@ EXPECTED_FAILURES = {
 
 def test_every_public_estimator_is_checked():
     public = {name for name in ng.__all__ if isinstance(getattr(ng, name), type)
-              and hasattr(getattr(ng, name), "param_rules")}
+              and hasattr(getattr(ng, name), "param_rules") and name != "NNGPRegressor"}  # deprecated alias
     assert public == {type(e).__name__ for e in ESTIMATORS}
 
 

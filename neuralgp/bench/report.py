@@ -13,7 +13,9 @@ import numpy as np
 
 
 def _pyplot():
-    plt = _pyplot()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     return plt
 
 
@@ -39,8 +41,12 @@ def _run_on(records: list[dict]) -> str:
             device += f", {threads} thread" + ("s" if threads != 1 else "")
         budget = r.get("budget_s")
         where.add(f"{device}, {budget:.0f} s" if budget else f"{device}, no cap")
-        where.add(f"code {r.get('commit', 'unknown')[:7]}")
     return "; ".join(sorted(where))
+
+
+def _code(records: list[dict]) -> str:
+    """The commits that made the records (short hashes; "unknown" for records older than the field)."""
+    return ", ".join(sorted({r.get("commit", "unknown")[:7] for r in records}))
 
 
 def table(suite: Suite, records: list[dict]) -> str:
@@ -54,8 +60,8 @@ def table(suite: Suite, records: list[dict]) -> str:
         paper = suite.paper(dataset) if suite.paper else {}
         lines += [f"## {dataset}", "",
                   "| model | seeds | MAE | p. MAE | RMSE | p. RMSE | NLL | p. NLL | train s | p. s | iterations | peak MB "
-                  "| status | run on |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| status | run on | code |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for group in suite.groups:
             rows = {m: [r for r in records if r["dataset"] == dataset and r["model"] == m] for m in group}
             rows = {m: rs for m, rs in rows.items() if rs}
@@ -76,7 +82,7 @@ def table(suite: Suite, records: list[dict]) -> str:
                 its = [x["iterations"] for x in ok[m]]
                 cells += [f"{statistics.mean(secs):.1f}" if secs else "–", p[3],
                           f"{statistics.mean(its):.0f}" if its else "–",
-                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses), _run_on(rs)]
+                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses), _run_on(rs), _code(rs)]
                 lines.append(f"| {m}{mark} | {len(ok[m])}/{len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

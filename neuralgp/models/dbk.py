@@ -41,7 +41,7 @@ class DBKModule(nn.Module):
     def __init__(self, net: nn.Module, rank: int, noise_init: float, noise_min: float, svi: bool, family: str):
         super().__init__()
         self.net = net
-        self.noise = Positive(noise_init, floor=noise_min)
+        self.noise = Positive(noise_init, floor=noise_min, names=("noise_init", "noise_min"))
         self.q = make_weight_posterior(family, rank) if svi else None
 
     def forward(self, x):

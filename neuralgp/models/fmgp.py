@@ -41,7 +41,7 @@ class FMGPModule(nn.Module):
         super().__init__()
         self.net = net
         shape = () if n_outputs == 1 else (n_outputs,)
-        self.noise = Positive(noise_init, floor=noise_min, shape=shape)
+        self.noise = Positive(noise_init, floor=noise_min, shape=shape, names=("noise_init", "noise_min"))
         self.outputscale = Positive(outputscale_init, shape=shape)
         self.class_mean = nn.Parameter(torch.zeros(n_outputs)) if n_outputs > 1 else None
 
