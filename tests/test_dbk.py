@@ -61,11 +61,11 @@ def test_constant_norm_features_have_uniform_prior_variance():
 
 
 def test_constant_norm_backward_matches_autograd_of_the_formula():
-    from neuralgp.features.networks import _ScaledUnitRows
+    from neuralgp.features.networks import ScaledUnitRows
     torch.manual_seed(0)
     g = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
     scale = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
-    fused = _ScaledUnitRows.apply
+    fused = ScaledUnitRows.apply
     assert torch.autograd.gradcheck(lambda g, s: fused(g, s, 1e-12), (g, scale))
     w = torch.randn(9, 5, dtype=torch.float64)
     reference = torch.autograd.grad((scale * g / g.norm(dim=-1, keepdim=True) * w).sum(), (g, scale))

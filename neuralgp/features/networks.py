@@ -74,7 +74,7 @@ def build_backbone(name: str, in_dim: int, out_dim: int, hidden: int, depth: int
     return BACKBONES[name](in_dim, out_dim, hidden=hidden, depth=depth, activation=activation)
 
 
-class _ScaledUnitRows(torch.autograd.Function):
+class ScaledUnitRows(torch.autograd.Function):
     """φ = s · g/‖g‖ row-wise, with a hand-written backward.
 
     Autograd's own backward of ``g / g.norm()`` makes about ten n×r temporaries; on a memory-bound
@@ -116,4 +116,4 @@ class ConstantNorm(nn.Module):
 
     def forward(self, x):
         g = self.net(x)
-        return _ScaledUnitRows.apply(g, torch.exp(self.log_scale).to(g.dtype), self.eps)
+        return ScaledUnitRows.apply(g, torch.exp(self.log_scale).to(g.dtype), self.eps)
