@@ -11,6 +11,7 @@ import string
 
 import numpy as np
 import pytest
+import torch
 
 REAL_DATA_ROOT = os.environ.get("NEURALGP_DATA")
 HOW_TO_GET_DATA = ("needs the real benchmark data: `neuralgp datasets download --all --root DIR`, "
@@ -89,3 +90,19 @@ def data_root(request, monkeypatch, toy_data_root):
         return REAL_DATA_ROOT
     monkeypatch.setenv("NEURALGP_DATA", str(toy_data_root))
     return toy_data_root
+
+
+def dense_gp_posterior(K, K_star, prior_star, y, noise, offset=0.0):
+    """The textbook GP every low-rank posterior is checked against: K (n × n, noise-free) training covariance,
+    K_star (n × m) cross-covariances, prior_star (m,) test prior variances, noise σ², prior mean ``offset``.
+    Returns (mean, var_f, S = K + σ²I); NumPy arrays or torch tensors alike."""
+    lib, solve = (torch, torch.linalg.solve) if isinstance(K, torch.Tensor) else (np, np.linalg.solve)
+    S = K + noise * lib.eye(len(y), dtype=K.dtype)
+    mean = offset + K_star.T @ solve(S, y - offset)
+    return mean, prior_star - (K_star * solve(S, K_star)).sum(0), S
+
+
+@pytest.fixture
+def dense_gp():
+    """The dense-GP reference (``dense_gp_posterior``) for tests that prove a posterior equals it."""
+    return dense_gp_posterior
