@@ -7,7 +7,6 @@ likelihoods (Poisson, Appendix A.5) provide their own ``expected_log_prob``.
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 from torch.nn.functional import softplus
