@@ -28,10 +28,6 @@ def mean_std(values, fmt: str = ".4f", sep: str = " (", end: str = ")") -> str:
     return f"{statistics.mean(values):{fmt}}{sep}{statistics.stdev(values):{fmt}}{end}"
 
 
-def _fmt(values) -> str:
-    return mean_std(values)
-
-
 def _run_on(records: list[dict]) -> str:
     """Where and under which budget the runs of a row ran, e.g. 'cpu, 1 thread, 120 s'."""
     where = set()
@@ -74,7 +70,7 @@ def table(suite: Suite, records: list[dict]) -> str:
                 for i, k in enumerate(("mae", "rmse", "nll")):
                     vals = [x[k] for x in ok[m]]
                     bold = vals and statistics.mean(vals) == best[k]
-                    cells += [f"**{_fmt(vals)}**" if bold else _fmt(vals), p[i]]
+                    cells += [f"**{mean_std(vals)}**" if bold else mean_std(vals), p[i]]
                 secs = [x["train_seconds"] for x in ok[m]]
                 peak = [x["peak_memory_mb"] for x in rs if x.get("peak_memory_mb")]
                 statuses = sorted({x["status"] for x in rs})
@@ -135,7 +131,7 @@ def scaling_table(suite: Suite, records: list[dict]) -> str:
             its = statistics.mean(r["iterations"] for r in ok)
             secs = statistics.mean(r["train_seconds"] for r in ok)
             cells = [f"{secs / max(its, 1):.4g}", f"{its:.0f}", f"{secs:.0f}", f"{peak:.0f}",
-                     _fmt([r["rmse"] for r in ok]), _fmt([r["nll"] for r in ok])]
+                     mean_std([r["rmse"] for r in ok]), mean_std([r["nll"] for r in ok])]
         else:
             cells = ["–", "–", "–", f"{peak:.0f}" if peak else "–", "–", "–"]
         mark = " †" if "time-capped" in statuses else ""
@@ -165,10 +161,6 @@ def scaling_plot(suite: Suite, records: list[dict], path: Path):
     plt.close(fig)
 
 
-def _mean_std(values) -> str:
-    return mean_std(values, ".4g", " ± ", "")
-
-
 def metric_table(suite: Suite, records: list[dict]) -> str:
     """Per dataset: one row per model, mean ± std over seeds of each of ``suite.columns``, the paper beside."""
     lines = [f"# {suite.name}: ours beside the paper's (p.) numbers", "", suite.note, "",
@@ -191,7 +183,7 @@ def metric_table(suite: Suite, records: list[dict]) -> str:
                 badness = (lambda v: abs(v - 1.0)) if key == "mean_z2" else (lambda v: v)  # z²: 1 is best
                 means = {mm: badness(statistics.mean(r[key] for r in o)) for mm, o in ok.items() if o}
                 vals = [r[key] for r in ok[m]]
-                cell = _mean_std(vals)
+                cell = mean_std(vals, ".4g", " ± ", "")
                 cells.append(f"**{cell}**" if vals and means[m] == min(means.values()) and len(means) > 1 else cell)
                 if paper_idx is not None:
                     p = paper.get(m)
