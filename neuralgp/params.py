@@ -60,6 +60,8 @@ NON_NEGATIVE = real(0)
 SEED = integer(0)
 
 # what every neuralgp estimator takes where it means something
+VALIDATION_FRACTION = Rule(lambda v: isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) and 0 <= v < 1,
+                           "a number in [0, 1)")
 COMMON_RULES = {"seed": SEED, "device": DEVICE, "verbose": BOOL, "max_time": (NONE, POSITIVE)}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
-                             GPnnRegressor, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor,
+                             GPnnRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
                              SVGPClassifier, SVGPRegressor)
 
 
@@ -40,6 +40,8 @@ ESTIMATORS = {
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
     "svdkl": Entry("GPyTorch deep kernel learning with SVGP", SVDKLRegressor),
+    "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",
+                        SklearnGPRegressor),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -28,7 +28,7 @@ def mean_std(values, fmt: str = ".4f", sep: str = " (", end: str = ")") -> str:
     return f"{statistics.mean(values):{fmt}}{sep}{statistics.stdev(values):{fmt}}{end}"
 
 
-def _run_on(records: list[dict]) -> str:
+def run_on(records: list[dict]) -> str:
     """Where and under which budget the runs of a row ran, e.g. 'cpu, 1 thread, 120 s'."""
     where = set()
     for r in records:
@@ -40,9 +40,10 @@ def _run_on(records: list[dict]) -> str:
     return "; ".join(sorted(where))
 
 
-def _code(records: list[dict]) -> str:
+def commits(records: list[dict]) -> str:
     """The commits that made the records (short hashes; "unknown" for records older than the field)."""
-    return ", ".join(sorted({r.get("commit", "unknown")[:7] for r in records}))
+    return ", ".join(sorted({r.get("commit", "unknown")[:7] + ("+dirty" if r.get("commit", "").endswith("+dirty") else "")
+                             for r in records}))
 
 
 def table(suite: Suite, records: list[dict]) -> str:
@@ -78,7 +79,7 @@ def table(suite: Suite, records: list[dict]) -> str:
                 its = [x["iterations"] for x in ok[m]]
                 cells += [f"{statistics.mean(secs):.1f}" if secs else "–", p[3],
                           f"{statistics.mean(its):.0f}" if its else "–",
-                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses), _run_on(rs), _code(rs)]
+                          f"{max(peak):.0f}" if peak else "–", ", ".join(statuses), run_on(rs), commits(rs)]
                 lines.append(f"| {m}{mark} | {len(ok[m])}/{len(rs)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -86,7 +87,7 @@ def table(suite: Suite, records: list[dict]) -> str:
 
 def plot(suite: Suite, records: list[dict], path: Path):
     """RMSE and NLL per model and dataset (mean ± std over seeds), paper values as black ticks."""
-    plt = _pyplot()
+    plt = pyplot()
     sets = [d for d in suite.datasets if any(r["dataset"] == d and "rmse" in r for r in records)]
     if not sets:
         return
@@ -142,7 +143,7 @@ def scaling_table(suite: Suite, records: list[dict]) -> str:
 
 def scaling_plot(suite: Suite, records: list[dict], path: Path):
     """Log-log seconds per iteration and peak memory against n (the paper's Figure 3, with memory)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
     for model in suite.models:
         pts = sorted((_n(r["dataset"]), r["train_seconds"] / max(r["iterations"], 1), r["peak_memory_mb"] or np.nan)
@@ -195,7 +196,7 @@ def metric_table(suite: Suite, records: list[dict]) -> str:
 
 def metric_plot(suite: Suite, records: list[dict], path: Path):
     """The first two metrics of the suite per model and dataset (mean ± std over seeds)."""
-    plt = _pyplot()
+    plt = pyplot()
     sets = [d for d in suite.datasets if any(r["dataset"] == d and r["status"] == "ok" for r in records)]
     if not sets:
         return

@@ -41,13 +41,14 @@ class Suite:
     models: dict
     datasets: list  # names for datasets.load; "synthetic/step1d@N" sets the training size N
     report: tuple
-    seeds: list = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    seeds: object = field(default_factory=lambda: [0, 1, 2, 3, 4])  # a list, or dataset -> list
     paper: object = None
     model_params: dict = field(default_factory=dict)  # given to every model of the suite
     runs: object = None  # (model, dataset) -> bool: which pairs belong to the suite (default all)
     quick_datasets: list = None
-    split: str = "random"
+    split: object = "random"  # a protocol, or (dataset, seed) -> protocol (a split index per seed)
     task: str = "regression"
+    merge_validation: frozenset = frozenset()  # rows fitted by plain fit(X, y) on the training and validation parts
     recalibrate: bool = False  # FM-GP's protocol: every model's variances recalibrated on the validation part
     budget_s: float = 1800.0  # wall-clock seconds of training per run, unless the command gives --budget
     groups: list = None  # row groups of a grouped table (the DBK paper's exact and SVI halves)
@@ -61,7 +62,8 @@ class Suite:
 QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_epochs": 2, "eval_every": 5})
 
 
-def _load(name: str, seed: int, root, split: str):
+def _load(name: str, seed: int, root, split):
+    split = split(name, seed) if callable(split) else split
     base, _, n = name.partition("@")
     if n:
         return datasets.load(base, seed=seed, n=int(n))
@@ -141,7 +143,13 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
     """
     name = suite.name
     budget_s = suite.budget_s if budget_s is None else budget_s
-    seeds = ([0] if quick else suite.seeds) if seeds is None else seeds
+    def seeds_of(dataset):
+        if seeds is not None:
+            return seeds
+        if quick:
+            return [0]
+        return suite.seeds(dataset) if callable(suite.seeds) else suite.seeds
+
     dataset_names = dataset_names or (suite.quick_datasets if quick else suite.datasets)
     model_names = model_names or list(suite.models)
     unknown = [m for m in model_names if m not in suite.models]
@@ -155,7 +163,7 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
     out.mkdir(parents=True, exist_ok=True)
     done = {(r["model"], r["dataset"], r["seed"], r["quick"]) for r in read_records(results)}
     env = environment()
-    jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds for m in model_names
+    jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds_of(d) for m in model_names
                                    if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
               **(QUICK["common"] if quick else {}), **({} if depth is None else {"depth": depth})}
@@ -175,7 +183,8 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
             if suite.task == "classification":
                 metrics = evaluate_classification(model, ds)
             else:
-                metrics = evaluate_regression(model, ds, recalibrate=suite.recalibrate)
+                metrics = evaluate_regression(model, ds, recalibrate=suite.recalibrate,
+                                              merge_validation=model_name in suite.merge_validation)
             record.update(metrics, status="time-capped" if metrics["out_of_time"] else "ok")
         except ResourceLimitError as exc:
             record.update(status="skipped: memory", reason=str(exc))

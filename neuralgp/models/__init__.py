@@ -7,7 +7,9 @@ from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor, NNGPRegressor
 from neuralgp.models.network import NetworkClassifier
+from neuralgp.models.sklearn_gp import SklearnGPRegressor
 
 __all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
            "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
-           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "ResourceLimitError"]
+           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor",
+           "ResourceLimitError"]

@@ -58,7 +58,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------------
     def fit(self, X, y, X_val=None, y_val=None):
-        """Fit on (X, y); a validation set enables early stopping on validation NLL."""
+        """Fit on (X, y). The validation part (X_val, y_val) — or, when none is given, a random
+        ``validation_fraction`` of (X, y) held out from training — drives early stopping where the model has it,
+        and then ``recalibrate`` (when ``recalibrates_on_validation()``)."""
         check_params(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
         if (X_val is None) != (y_val is None):
@@ -68,17 +70,39 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                                      owner=type(self).__name__)
             if X_val.shape[1] != X.shape[1]:
                 raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
+        else:
+            X, y, X_val, y_val = self._hold_out_validation(X, y)
         for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
         scale_y = lambda v: y_scaler.transform(v[:, None])[:, 0]  # noqa: E731
-        if X_val is not None:
-            X_val, y_val = x_scaler.transform(X_val), scale_y(y_val)
-        self._fit_scaled(x_scaler.transform(X), scale_y(y), X_val, y_val)
+        scaled_val = (None, None) if X_val is None else (x_scaler.transform(X_val), scale_y(y_val))
+        self._fit_scaled(x_scaler.transform(X), scale_y(y), *scaled_val)
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
+        if X_val is not None and self.recalibrates_on_validation():
+            alpha = self._mean_z2(X_val, y_val)
+            if np.isfinite(alpha) and alpha > 0:  # 0 only when the validation targets equal the predictions
+                self.variance_scale_ = alpha
         return self
+
+    validation_fraction = 0.0
+
+    def recalibrates_on_validation(self) -> bool:
+        """Whether ``fit`` recalibrates the variances on the validation part (FM-GP Algorithm 1; the GPyTorch
+        baselines do not, as GPyTorch does not)."""
+        return False
+
+    def _hold_out_validation(self, X, y):
+        """(X, y) split into a training part and a random ``validation_fraction`` (at least one row; none when
+        the fraction is 0 or fewer than 4 rows are given), drawn with ``seed``: (X, y, X_val, y_val)."""
+        n_val = int(round(self.validation_fraction * len(y)))
+        if self.validation_fraction == 0 or len(y) < 4:
+            return X, y, None, None
+        perm = np.random.default_rng(self.seed).permutation(len(y))
+        val, tr = perm[:max(n_val, 1)], perm[max(n_val, 1):]
+        return X[tr], y[tr], X[val], y[val]
 
     @property
     def _y_scale(self) -> float:
@@ -88,20 +112,6 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         self._check_fitted()
         return self.x_scaler_.transform(check_X(X, n_features=self.n_features_in_, owner=type(self).__name__))
 
-    def _fit_and_recalibrate(self, X, y, X_cal, y_cal):
-        """``fit(X, y)``, then ``recalibrate(X_cal, y_cal)``; the calibration arrays are checked before training."""
-        if (X_cal is None) != (y_cal is None):
-            raise InputError("give both X_cal and y_cal, or neither")
-        if X_cal is not None:
-            X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal",
-                                     owner=type(self).__name__)
-            if np.ndim(X) == 2 and X_cal.shape[1] != np.shape(X)[1]:
-                raise InputError(f"X_cal has {X_cal.shape[1]} features but X has {np.shape(X)[1]}")
-        NeuralGPRegressor.fit(self, X, y)
-        if X_cal is not None:
-            self.recalibrate(X_cal, y_cal)
-        return self
-
     def recalibrate(self, X_cal, y_cal):
         """Scale every predictive variance by α = mean squared z-score on (X_cal, y_cal) (FM-GP Algorithm 1).
 
@@ -110,12 +120,15 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         all recalibrations so far.
         """
         X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal", owner=type(self).__name__)
-        mean, std = self.predict(X_cal, return_std=True)  # checks fitted and the feature count
-        alpha = float(np.mean(((y_cal - mean) / std) ** 2))
+        alpha = self._mean_z2(X_cal, y_cal)
         if not (np.isfinite(alpha) and alpha > 0):
             raise InputError(f"recalibration factor is {alpha}; the calibration targets equal the predictions")
         self.variance_scale_ = self.variance_scale * alpha
         return self
+
+    def _mean_z2(self, X, y) -> float:
+        mean, std = self.predict(X, return_std=True)  # checks fitted and the feature count
+        return float(np.mean(((y - mean) / std) ** 2))
 
     @property
     def variance_scale(self) -> float:

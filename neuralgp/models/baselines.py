@@ -104,8 +104,8 @@ class GPyTorchRegressor(NeuralGPRegressor):
         "ard": BOOL, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
-                 lr=1e-3, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, cg_iterations=512, love_rank=512,
+                 lr=1e-2, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
+                 patience=None, max_time=None, noise_init=0.1, noise_min=1e-6, cg_iterations=512, love_rank=512,
                  max_memory_gb=8.0, dtype="float32", base_kernel=None, ard=True, normalize_y=True,
                  input_scaling="minmax", seed=0, device="cpu", verbose=True):
         self.num_inducing = num_inducing

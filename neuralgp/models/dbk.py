@@ -25,7 +25,8 @@ from neuralgp.metrics import nll
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
+from neuralgp.params import (BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION,
+                             one_of)
 from neuralgp.posterior import (PRECISIONS, ExactPosterior, GaussianLikelihood, accumulate_stats, elbo,
                                 make_weight_posterior)
 from neuralgp.posterior.correction import correction_scale, trace_penalty
@@ -62,15 +63,17 @@ class DBKRegressor(NeuralGPRegressor):
         "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
         "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
-        "noise_init": POSITIVE, "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
-        "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+        "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
+        "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION, "recalibration": BOOL,
+        **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
                  training_gram_precision="mixed", chunk_size=EXACT_TRAIN_ROWS, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, max_time=None, noise_init=1e-2, noise_min=1e-6, normalize_y=True,
-                 input_scaling="minmax", seed=0, device="cpu", verbose=True):
+                 patience=None, max_time=None, noise_init=0.1, noise_lr=None, noise_min=1e-6, normalize_y=True,
+                 input_scaling="minmax", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
+                 verbose=True):
         self.rank = rank
         self.backbone = backbone
         self.hidden = hidden
@@ -91,9 +94,12 @@ class DBKRegressor(NeuralGPRegressor):
         self.patience = patience
         self.max_time = max_time
         self.noise_init = noise_init
+        self.noise_lr = noise_lr
         self.noise_min = noise_min
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
+        self.validation_fraction = validation_fraction
+        self.recalibration = recalibration
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -107,6 +113,9 @@ class DBKRegressor(NeuralGPRegressor):
     def trains_trace_regulariser(self) -> bool:
         """The trace term is trained only for free features: with constant-norm features it is zero."""
         return bool(self.variance_correction) and not self.uses_normalized_features()
+
+    def recalibrates_on_validation(self) -> bool:
+        return bool(self.recalibration)
 
     def _gram_precision(self) -> str:
         if self.training_gram_precision not in PRECISIONS:
@@ -142,14 +151,19 @@ class DBKRegressor(NeuralGPRegressor):
         return self
 
     def _optimizer(self):
-        return adam(self.module_, self.module_.net, self.lr, self.weight_decay)
+        return adam(self.module_, self.module_.net, self.lr, self.weight_decay,
+                    {"noise": self.noise_lr} if self.noise_lr else None)
 
     def _validation_nll(self, val, predict_scaled) -> float:
+        """Validation NLL of the current state; with ``recalibration`` the NLL after the variance scaling that
+        ``fit`` will apply (α = mean z² on the same points), so early stopping selects what is returned."""
         X_val, y_val = val
         with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
             parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
-        mean, var_y = torch.cat([p[0] for p in parts]), torch.cat([p[2] for p in parts])
-        return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
+        mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
+        if self.recalibration:
+            var_y = var_y * np.mean((y_val - mean) ** 2 / var_y)
+        return nll(y_val, mean, np.sqrt(var_y))
 
     def _fit_exact(self, Xt, yt, val):
         m, n, opt, precision = self.module_, len(yt), self._optimizer(), self._gram_precision()
@@ -172,7 +186,7 @@ class DBKRegressor(NeuralGPRegressor):
             def validate():
                 posterior, max_var = self._exact_posterior(Xt, yt)
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
-        return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 100,
+        return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc="DBK exact", unit="it",
                      max_seconds=self.max_time)
 

@@ -20,7 +20,8 @@ from neuralgp.features.networks import ACTIVATIONS, NORMS
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
-from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
+from neuralgp.params import (BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION,
+                             int_tuple, one_of)
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.positive import Positive
@@ -131,12 +132,13 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     kernels; ``unit_norm`` the weak-stationarity ψ/‖ψ‖; ``norm="batch"`` BatchNorm instead of LayerNorm.
     """
 
-    param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL}
+    param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL,
+                   "validation_fraction": VALIDATION_FRACTION}
 
     def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
-                 input_scaling="standard", seed=0, device="cpu", verbose=True):
+                 input_scaling="standard", validation_fraction=0.1, seed=0, device="cpu", verbose=True):
         self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
@@ -156,13 +158,18 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self.max_time = max_time
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
+        self.validation_fraction = validation_fraction
         self.seed = seed
         self.device = device
         self.verbose = verbose
 
     def fit(self, X, y, X_cal=None, y_cal=None):
-        """Train on (X, y), cache the full-data posterior, then ``recalibrate(X_cal, y_cal)`` if given."""
-        return self._fit_and_recalibrate(X, y, X_cal, y_cal)
+        """Train on (X, y), cache its posterior, then ``recalibrate`` on (X_cal, y_cal) — or, when none is given,
+        on a random ``validation_fraction`` of (X, y) held out from training (0 trains on all of it, uncalibrated)."""
+        return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
+
+    def recalibrates_on_validation(self) -> bool:
+        return True
 
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):

@@ -22,7 +22,7 @@ from neuralgp.io import register
 from neuralgp.kernels import STATIONARY_KERNELS, make_kernel
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, POSITIVE, POSITIVE_INT, one_of
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION, one_of
 from neuralgp.train import train, training_subsets
 
 
@@ -38,11 +38,11 @@ class GPnnRegressor(NeuralGPRegressor):
     param_rules = {"n_neighbors": POSITIVE_INT, "kernel": one_of(*STATIONARY_KERNELS), "n_subsets": POSITIVE_INT,
                    "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT, "lr": POSITIVE, "noise_init": POSITIVE,
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   **COMMON_RULES}
+                   "validation_fraction": VALIDATION_FRACTION, **COMMON_RULES}
 
     def __init__(self, n_neighbors=400, kernel="matern12", n_subsets=10, subset_size=300, max_iter=200, lr=0.1,
                  noise_init=0.1, noise_min=1e-6, max_time=None, normalize_y=True, input_scaling="standard",
-                 seed=0, device="cpu", verbose=True):
+                 validation_fraction=0.1, seed=0, device="cpu", verbose=True):
         self.n_neighbors = n_neighbors
         self.kernel = kernel
         self.n_subsets = n_subsets
@@ -54,13 +54,18 @@ class GPnnRegressor(NeuralGPRegressor):
         self.max_time = max_time
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
+        self.validation_fraction = validation_fraction
         self.seed = seed
         self.device = device
         self.verbose = verbose
 
     def fit(self, X, y, X_cal=None, y_cal=None):
-        """Estimate hyper-parameters on subsets, index the training set, then recalibrate if (X_cal, y_cal)."""
-        return self._fit_and_recalibrate(X, y, X_cal, y_cal)
+        """Estimate hyper-parameters on subsets, index the training set, then ``recalibrate`` on (X_cal, y_cal) —
+        or, when none is given, on a random ``validation_fraction`` of (X, y) held out from training."""
+        return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
+
+    def recalibrates_on_validation(self) -> bool:
+        return True
 
     def _build(self):
         self.covar_ = make_kernel(self.kernel).to(device=self.device, dtype=torch.float64)
@@ -141,8 +146,8 @@ class NNGPRegressor(GPnnRegressor):
 
     def __init__(self, n_neighbors=400, kernel="matern12", n_subsets=10, subset_size=300, max_iter=200, lr=0.1,
                  noise_init=0.1, noise_min=1e-6, max_time=None, normalize_y=True, input_scaling="standard",
-                 seed=0, device="cpu", verbose=True):
+                 validation_fraction=0.1, seed=0, device="cpu", verbose=True):
         warnings.warn("NNGPRegressor is now GPnnRegressor; the old name goes in neuralgp 0.3", FutureWarning,
                       stacklevel=2)
         super().__init__(n_neighbors, kernel, n_subsets, subset_size, max_iter, lr, noise_init, noise_min, max_time,
-                         normalize_y, input_scaling, seed, device, verbose)
+                         normalize_y, input_scaling, validation_fraction, seed, device, verbose)

@@ -56,8 +56,9 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
           max_seconds: float | None = None) -> TrainLog:
     """Run ``step()`` (returns the training loss) ``n_steps`` times.
 
-    Every ``eval_every`` steps ``validate()`` returns a validation NLL; training stops when it has
-    not improved for ``patience`` steps, and the best state is restored. Without ``validate`` the
+    ``validate()`` returns a validation NLL, before the first step and every ``eval_every`` steps; training
+    stops when it has not improved for ``patience`` steps, and the best state (possibly the initial one)
+    is restored. Without ``validate`` the
     final state is kept. A non-finite loss stops training and restores the last checked state.
     After ``max_seconds`` of wall-clock time training checks once more and stops (``out_of_time``).
     """
@@ -67,6 +68,11 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     bar = tqdm(total=n_steps, desc=desc, unit=unit, disable=not verbose, leave=False, dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
     try:
+        if validate is not None:
+            val = float(validate())
+            log.history.append((0, math.nan, val))
+            if math.isfinite(val):
+                log.best_val_nll = val
         for i in range(1, n_steps + 1):
             loss = float(step())
             log.steps = i

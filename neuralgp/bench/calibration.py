@@ -1,0 +1,149 @@
+"""Pooled calibration of regressors over data sets: the rule, the table and the reliability plot.
+
+The test points of every split run on a set are pooled. A model is **calibrated** on a set when the pooled 95 %
+coverage lies in [0.90, 0.98] or within 2.6 binomial standard errors of 0.95 for the pooled test size (whichever
+is wider), and the pooled mean z² lies in [0.7, 1.5]. Sets whose pooled test size is under ``MIN_POOLED_TEST``
+are shown but not counted: a few dozen points cannot tell.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from neuralgp.bench.evaluate import RELIABILITY_LEVELS
+from neuralgp.bench.report import commits, pyplot, run_on
+
+COVERAGE_BAND = (0.90, 0.98)
+Z2_BAND = (0.7, 1.5)
+MIN_POOLED_TEST = 50
+SIGNAL_RMSE = 0.9  # a set has learnable signal when some model's RMSE (standardised) is below this
+MEAN_PREDICTOR_RMSE = 0.95  # ... and then every model should beat the mean predictor by this much
+
+
+def coverage_band(n_test: int) -> tuple[float, float]:
+    """The accepted pooled 95 % coverage for ``n_test`` pooled test points."""
+    se = math.sqrt(0.95 * 0.05 / n_test)
+    return min(COVERAGE_BAND[0], 0.95 - 2.6 * se), max(COVERAGE_BAND[1], 0.95 + 2.6 * se)
+
+
+def pooled(records: list[dict]) -> dict | None:
+    """Pooled coverage and mean z² (weighted by test size), mean RMSE/NLL/CRPS/time over the splits that ran."""
+    ok = [r for r in records if "coverage_95" in r]
+    if not ok:
+        return None
+    n = sum(r["n_test"] for r in ok)
+    w = [r["n_test"] / n for r in ok]
+    levels = np.sum([wi * np.asarray(r["coverage_levels"]) for wi, r in zip(w, ok)], axis=0)
+    return {"splits": len(ok), "n_test": n, "coverage_95": sum(wi * r["coverage_95"] for wi, r in zip(w, ok)),
+            "mean_z2": sum(wi * r["mean_z2"] for wi, r in zip(w, ok)), "levels": levels,
+            **{k: statistics.mean(r[k] for r in ok) for k in ("rmse", "nll", "crps", "train_seconds")},
+            "time_capped": any(r["status"] == "time-capped" for r in ok)}
+
+
+def calibrated(p: dict) -> bool:
+    lo, hi = coverage_band(p["n_test"])
+    return lo <= p["coverage_95"] <= hi and Z2_BAND[0] <= p["mean_z2"] <= Z2_BAND[1]
+
+
+def _grid(suite, records) -> tuple[list, list, dict]:
+    """(sets, models, {(set, model): pooled or None})."""
+    sets = [d for d in suite.datasets if any(r["dataset"] == d for r in records)]
+    models = [m for m in suite.models if any(r["model"] == m for r in records)]
+    cells = {(d, m): pooled([r for r in records if r["dataset"] == d and r["model"] == m]) for d in sets
+             for m in models}
+    return sets, models, cells
+
+
+def calibration_table(suite, records: list[dict]) -> str:
+    sets, models, cells = _grid(suite, records)
+    ours, baselines = suite.groups
+    counted = [d for d in sets if any(p and p["n_test"] >= MIN_POOLED_TEST for (dd, _), p in cells.items()
+                                      if dd == d)]
+    signal = [d for d in sets if min((p["rmse"] for (dd, _), p in cells.items() if dd == d and p), default=1)
+              < SIGNAL_RMSE]
+    best_baseline = {d: min((cells[d, m]["nll"] for m in baselines if m in models and cells[d, m]), default=None)
+                     for d in sets}
+    lines = [f"# {suite.name}: are the defaults honest about their uncertainty?", "", suite.note, "",
+             f"Calibrated (✓) = pooled 95 % coverage in [{COVERAGE_BAND[0]}, {COVERAGE_BAND[1]}] or within 2.6 "
+             f"binomial standard errors of 0.95 for the pooled test size (whichever is wider), and pooled mean z² "
+             f"in [{Z2_BAND[0]}, {Z2_BAND[1]}]. Sets with fewer than {MIN_POOLED_TEST} pooled test points are shown "
+             f"but not counted ({', '.join(d for d in sets if d not in counted) or 'none'}). Metrics on targets "
+             "standardised by the training part; RMSE, NLL, CRPS and time are means over splits.", "",
+             "## Summary", "",
+             f"Sets counted: {len(counted)}. 'NLL ≤ best baseline': sets where the row's NLL is at most the best "
+             f"GPyTorch or scikit-learn baseline's. 'beats mean': RMSE < {MEAN_PREDICTOR_RMSE} on the "
+             f"{len(signal)} sets where some model reaches RMSE < {SIGNAL_RMSE}.", "",
+             "| model | calibrated | NLL ≤ best baseline | beats mean | median train s | sets run | run on | code |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        run = [d for d in sets if cells[d, m]]
+        cal = [d for d in counted if cells[d, m] and calibrated(cells[d, m])]
+        ran_counted = [d for d in counted if cells[d, m]]
+        beat = [d for d in ran_counted if best_baseline[d] is not None and cells[d, m]["nll"] <= best_baseline[d]]
+        mean_ok = [d for d in signal if cells[d, m] and cells[d, m]["rmse"] < MEAN_PREDICTOR_RMSE]
+        secs = [cells[d, m]["train_seconds"] for d in run]
+        rs = [r for r in records if r["model"] == m]
+        lines.append(f"| {m} | {len(cal)}/{len(ran_counted)} | "
+                     f"{f'{len(beat)}/{len(ran_counted)}' if m in ours else '–'} | "
+                     f"{len(mean_ok)}/{sum(1 for d in signal if cells[d, m])} | "
+                     f"{statistics.median(secs) if secs else float('nan'):.1f} | {len(run)}/{len(sets)} | "
+                     f"{run_on(rs)} | {commits(rs)} |")
+    for title, key, fmt in (("95 % coverage (pooled; ✓ = calibrated, ✗ = not)", "coverage_95", ".2f"),
+                            ("mean z² (pooled)", "mean_z2", ".2f"), ("NLL", "nll", ".3f"), ("RMSE", "rmse", ".3f"),
+                            ("CRPS", "crps", ".3f"), ("train seconds", "train_seconds", ".1f")):
+        lines += ["", f"## {title}", "", "| set | test pts | " + " | ".join(models) + " |",
+                  "|---|---|" + "---|" * len(models)]
+        for d in sets:
+            n = max((p["n_test"] for (dd, _), p in cells.items() if dd == d and p), default=0)
+            row = []
+            for m in models:
+                p = cells[d, m]
+                if p is None:
+                    status = sorted({r["status"] for r in records if r["dataset"] == d and r["model"] == m})
+                    row.append(", ".join(status) or "–")
+                    continue
+                cell = f"{p[key]:{fmt}}" + (" †" if p["time_capped"] else "")
+                if key == "coverage_95" and d in counted:
+                    cell += " ✓" if calibrated(p) else " ✗"
+                row.append(cell)
+            lines.append(f"| {d} | {n} | " + " | ".join(row) + " |")
+    lines += ["", "† = some splits hit the time budget (the best state so far was used); 'skipped: memory' / "
+              "'failed' give their reason in results.jsonl."]
+    return "\n".join(lines)
+
+
+def reliability_plot(suite, records: list[dict], path: Path):
+    """Per model: observed against nominal coverage of central intervals, one thin line per set, all sets pooled
+    in bold; the diagonal is perfect calibration."""
+    sets, models, cells = _grid(suite, records)
+    if not models:
+        return
+    plt = pyplot()
+    cols = min(4, len(models))
+    rows = math.ceil(len(models) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
+    nominal = np.asarray(RELIABILITY_LEVELS)
+    for ax, m in zip(axes.flat, models):
+        ps = [cells[d, m] for d in sets if cells[d, m]]
+        for p in ps:
+            ax.plot(nominal, p["levels"], color="0.6", lw=0.7, alpha=0.7)
+        if ps:
+            n = sum(p["n_test"] for p in ps)
+            ax.plot(nominal, sum(p["levels"] * p["n_test"] for p in ps) / n, color="C3", lw=2.2, label="all sets")
+        ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+        ax.set(xlim=(0, 1), ylim=(0, 1), title=f"{m} ({len(ps)} sets)")
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(models):]:
+        ax.axis("off")
+    fig.supxlabel("nominal coverage of the central interval")
+    fig.supylabel("observed coverage (test points pooled)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+CALIBRATION = (calibration_table, reliability_plot)

@@ -1,0 +1,56 @@
+"""``calibration``: are the default regressors honest about their uncertainty on ordinary data?
+
+Every default regressor of ours — fitted with the validation part and by plain ``fit(X, y)`` on training and
+validation together — beside the GPyTorch baselines and scikit-learn's GaussianProcessRegressor, on the 24 ``uci/``
+sets (fixed test masks) and the 9 ``gal/`` sets (fixed splits). Coverage on a few dozen test points is noisy, so the
+test points of several splits are pooled: every split of the small sets, fewer of the larger ones (``splits_of``).
+The report counts, per model, the sets on which it is calibrated (``neuralgp.bench.report.calibrated``).
+"""
+
+from __future__ import annotations
+
+from neuralgp.bench.calibration import CALIBRATION
+from neuralgp.bench.runner import Suite
+from neuralgp.registry import factory
+
+UCI = ["autompg", "autos", "bike", "breastcancer", "challenger", "concrete", "concreteslump", "energy", "fertility",
+       "forest", "gas", "housing", "keggdirected", "kin40k", "machine", "parkinsons", "pendulum", "pol", "protein",
+       "servo", "solar", "stock", "wine", "yacht"]
+GAL = ["bostonHousing", "concrete", "energy", "kin8nm", "naval-propulsion-plant", "power-plant",
+       "protein-tertiary-structure", "wine-quality-red", "yacht"]
+DATASETS = [f"uci/{s}" for s in UCI] + [f"gal/{s}" for s in GAL]
+
+# training rows of split 0 (train + validation parts), from the shared copies
+TINY = {"uci/autos", "uci/breastcancer", "uci/challenger", "uci/concreteslump", "uci/fertility", "uci/machine",
+        "uci/servo", "uci/yacht", "gal/yacht"}  # under 300 rows: every split
+LARGE = {"uci/bike", "uci/gas", "uci/keggdirected", "uci/kin40k", "uci/parkinsons", "uci/pol", "uci/protein",
+         "gal/kin8nm", "gal/naval-propulsion-plant", "gal/power-plant", "gal/protein-tertiary-structure"}  # > 2000 rows
+
+
+def splits_of(dataset: str) -> list[int]:
+    """Which splits are pooled: all 10 masks (or 20 gal splits) under 300 rows, 5 up to 2000 rows, else split 0."""
+    if dataset in LARGE:
+        return [0]
+    if dataset in TINY:
+        return list(range(10 if dataset.startswith("uci/") else 20))
+    return list(range(5))
+
+
+def split_of(dataset: str, seed: int) -> str:
+    return f"mask:{seed}" if dataset.startswith("uci/") else f"gal:{seed}"
+
+
+OURS = {"DBK": factory("dbk"), "DBK fit(X, y)": factory("dbk"), "SVDBK": factory("svdbk"),
+        "SVDBK fit(X, y)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP fit(X, y)": factory("fmgp")}
+BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
+             "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
+
+SUITES = [
+    Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
+          merge_validation=frozenset({"DBK fit(X, y)", "SVDBK fit(X, y)", "FM-GP fit(X, y)", "sklearn GP"}),
+          quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=120.0,
+          groups=[list(OURS), list(BASELINES)],
+          note="Seeds are split indices. Rows 'fit(X, y)' and the scikit-learn GP are fitted on the training and "
+               "validation parts together; the others use the validation part (early stopping, recalibration). "
+               "Every model at its library defaults."),
+]
