@@ -63,13 +63,13 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and then ``recalibrate`` (when ``recalibrates_on_validation()``)."""
         check_params(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
+        xn, yn = self.validation_names
         if (X_val is None) != (y_val is None):
-            raise InputError("give both X_val and y_val, or neither")
+            raise InputError(f"give both {xn} and {yn}, or neither")
         if X_val is not None:
-            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name="X_val", y_name="y_val",
-                                     owner=type(self).__name__)
+            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name=xn, y_name=yn, owner=type(self).__name__)
             if X_val.shape[1] != X.shape[1]:
-                raise InputError(f"X_val has {X_val.shape[1]} features but X has {X.shape[1]}")
+                raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
         for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
@@ -88,6 +88,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         return self
 
     validation_fraction = 0.0
+    validation_names = ("X_val", "y_val")  # what ``fit`` calls its third and fourth arguments, for errors
 
     def recalibrates_on_validation(self) -> bool:
         """Whether ``fit`` recalibrates the variances on the validation part (FM-GP Algorithm 1; the GPyTorch

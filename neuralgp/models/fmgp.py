@@ -168,6 +168,8 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         on a random ``validation_fraction`` of (X, y) held out from training (0 trains on all of it, uncalibrated)."""
         return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
 
+    validation_names = ("X_cal", "y_cal")
+
     def recalibrates_on_validation(self) -> bool:
         return True
 

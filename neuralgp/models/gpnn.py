@@ -64,6 +64,8 @@ class GPnnRegressor(NeuralGPRegressor):
         or, when none is given, on a random ``validation_fraction`` of (X, y) held out from training."""
         return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
 
+    validation_names = ("X_cal", "y_cal")
+
     def recalibrates_on_validation(self) -> bool:
         return True
 

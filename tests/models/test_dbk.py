@@ -9,7 +9,7 @@ import neuralgp
 from neuralgp import DBKRegressor
 from neuralgp.train import train
 
-SMALL = dict(rank=16, hidden=32, max_iter=150, verbose=False, lr=3e-3)
+SMALL = dict(rank=16, hidden=32, max_iter=150, verbose=False, lr=3e-3, validation_fraction=0.0)  # fit on all of X
 
 
 def toy(n=120, d=2, seed=0):
@@ -123,7 +123,7 @@ def test_exact_fit_is_reproducible_by_seed():
 
 def test_early_stopping_restores_the_best_state():
     module = torch.nn.Linear(1, 1)
-    values = iter([5.0, 3.0, 1.0, 2.0, 4.0, 6.0, 7.0, 8.0])
+    values = iter([9.0, 5.0, 3.0, 1.0, 2.0, 4.0, 6.0, 7.0, 8.0])  # the first before any step
     steps = []
 
     def step():
@@ -136,6 +136,21 @@ def test_early_stopping_restores_the_best_state():
                 verbose=False)
     assert log.best_step == 3 and log.steps == 6 and log.stopped_early
     assert module.weight.item() == 2.0  # the weight written at step 3
+
+
+def test_early_stopping_can_keep_the_initial_state():
+    module = torch.nn.Linear(1, 1)
+    initial = module.weight.item()
+    values = iter([1.0, 2.0, 3.0, 4.0, 5.0])
+
+    def step():
+        with torch.no_grad():
+            module.weight.add_(1.0)
+        return 0.0
+
+    log = train(module, step, n_steps=100, validate=lambda: next(values), eval_every=1, patience=3, verbose=False)
+    assert log.best_step == 0 and log.steps == 3 and log.history[0][0] == 0
+    assert module.weight.item() == initial
 
 
 def test_fit_with_correction_learns_the_noise_on_step_function():
@@ -184,7 +199,8 @@ def test_time_budget_stops_promptly_and_validates_once_more():
 
     log = train(module, lambda: _time.sleep(0.02) or 0.0, n_steps=10000, validate=validate, eval_every=1000,
                 max_seconds=0.1, verbose=False)
-    assert log.out_of_time and log.steps < 50 and len(calls) == 1 and log.best_step == log.steps
+    assert log.out_of_time and log.steps < 50 and len(calls) == 2  # before the first step and once more at the end
+    assert log.best_step == 0  # no improvement on the initial state: it is kept
 
 
 def test_resnet_depth_counts_residual_blocks():
@@ -198,3 +214,26 @@ def test_resnet_depth_counts_residual_blocks():
     for block in net.blocks:
         h = h + block(h)
     assert torch.equal(net(x), net.out(h))
+
+
+def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
+    X, y = toy(200)
+    params = {**SMALL, "validation_fraction": 0.2}
+    model = DBKRegressor(**params).fit(X, y)
+    X_tr, y_tr, X_val, y_val = DBKRegressor(**params)._hold_out_validation(X, y)
+    assert len(y_val) == 40 and len(y_tr) == 160
+    mean, std = model.predict(X_val, return_std=True)
+    assert np.mean(((y_val - mean) / std) ** 2) == pytest.approx(1.0, rel=1e-6)  # recalibrated on exactly these
+    assert model.variance_scale != 1.0
+    unscaled = DBKRegressor(**{**params, "recalibration": False}).fit(X, y)
+    assert unscaled.variance_scale == 1.0
+
+
+def test_recalibrated_validation_nll_selects_what_fit_returns():
+    X, y = toy(150)
+    model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10}).fit(X, y)
+    _, _, X_val, y_val = model._hold_out_validation(X, y)
+    mean, std = model.predict(X_val, return_std=True)
+    from neuralgp.metrics import nll
+    sd = model.y_scaler_.scale_[0]
+    assert nll(y_val / sd, mean / sd, std / sd) == pytest.approx(model.train_log_.best_val_nll, abs=1e-4)

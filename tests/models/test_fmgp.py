@@ -24,7 +24,8 @@ def toy(n=120, d=3, seed=0):
 
 
 def small_fmgp(**kw):
-    return FMGPRegressor(**{"feature_dim": 8, "hidden": 32, "max_iter": 30, "lr": 1e-2, "verbose": False, **kw})
+    return FMGPRegressor(**{"feature_dim": 8, "hidden": 32, "max_iter": 30, "lr": 1e-2, "verbose": False,
+                            "validation_fraction": 0.0, **kw})
 
 
 @pytest.mark.parametrize("n,p", [(40, 6), (5, 12)])
@@ -196,7 +197,8 @@ def test_classifier_bad_input():
 
 def test_gpnn_with_all_points_as_neighbours_equals_the_exact_gp():
     X, y = toy(80)
-    model = GPnnRegressor(n_neighbors=500, max_iter=20, normalize_y=False, input_scaling="none", verbose=False)
+    model = GPnnRegressor(n_neighbors=500, max_iter=20, normalize_y=False, input_scaling="none", verbose=False,
+                          validation_fraction=0.0)
     model.fit(X, y)
     Xq = X[:10] + 0.05
     mean, std = model.predict(Xq, return_std=True)

@@ -40,17 +40,17 @@ def split_of(dataset: str, seed: int) -> str:
     return f"mask:{seed}" if dataset.startswith("uci/") else f"gal:{seed}"
 
 
-OURS = {"DBK": factory("dbk"), "DBK fit(X, y)": factory("dbk"), "SVDBK": factory("svdbk"),
-        "SVDBK fit(X, y)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP fit(X, y)": factory("fmgp")}
+OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
+        "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp")}
 BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
              "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
 
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
-          merge_validation=frozenset({"DBK fit(X, y)", "SVDBK fit(X, y)", "FM-GP fit(X, y)", "sklearn GP"}),
+          merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
-          note="Seeds are split indices. Rows 'fit(X, y)' and the scikit-learn GP are fitted on the training and "
+          note="Seeds are split indices. Rows '(plain fit)' and the scikit-learn GP are fitted on the training and "
                "validation parts together; the others use the validation part (early stopping, recalibration). "
                "Every model at its library defaults."),
 ]

@@ -1,0 +1,53 @@
+"""The calibration suite: the pooled rule, the quick run on toy sets (both fitting modes), table and plot."""
+
+import math
+
+import pytest
+
+from neuralgp.bench.calibration import calibrated, coverage_band, pooled
+from neuralgp.bench.runner import read_records, run_suite
+from neuralgp.bench.suites import SUITES
+from neuralgp.bench.suites.calibration import DATASETS, splits_of
+
+
+def _record(cov, z2, n, **extra):
+    return {"coverage_95": cov, "mean_z2": z2, "n_test": n, "coverage_levels": [cov] * 10, "rmse": 0.5, "nll": 1.0,
+            "crps": 0.3, "train_seconds": 1.0, "status": "ok", **extra}
+
+
+def test_coverage_band_widens_for_few_points_and_is_fixed_for_many():
+    assert coverage_band(10_000) == (0.90, 0.98)
+    lo, hi = coverage_band(50)
+    se = math.sqrt(0.95 * 0.05 / 50)
+    assert lo == pytest.approx(0.95 - 2.6 * se) and hi == pytest.approx(0.95 + 2.6 * se) and lo < 0.90
+
+
+def test_pooling_weights_splits_by_test_size_and_the_rule_needs_both_coverage_and_z2():
+    p = pooled([_record(1.0, 1.0, 100), _record(0.9, 2.0, 300), {"status": "failed"}])
+    assert p["splits"] == 2 and p["n_test"] == 400
+    assert p["coverage_95"] == pytest.approx(0.925) and p["mean_z2"] == pytest.approx(1.75)
+    assert not calibrated(p)  # coverage fine, z² too large
+    assert calibrated(pooled([_record(0.95, 1.0, 400)]))
+    assert not calibrated(pooled([_record(0.85, 1.0, 4000)]))
+    assert pooled([{"status": "skipped: memory"}]) is None
+
+
+def test_the_suite_covers_every_shared_set_with_more_splits_for_small_ones():
+    assert len(DATASETS) == 33 and len(set(DATASETS)) == 33
+    assert splits_of("uci/servo") == list(range(5)) and splits_of("uci/pol") == [0]
+    assert splits_of("gal/concrete") == [0, 1, 2]
+
+
+def test_quick_calibration_run_has_both_fitting_modes_table_and_plot(tmp_path):
+    rows = ["DBK", "DBK (plain fit)", "sklearn GP", "SVGP"]
+    out = run_suite(SUITES["calibration"], tmp_path, dataset_names=["uci/yacht", "gal/yacht"], model_names=rows,
+                    quick=True, verbose=False)
+    records = read_records(out / "results.jsonl")
+    assert len(records) == 8 and {r["split"] for r in records} == {"mask:0", "gal:0"}
+    for r in records:
+        assert r["status"] == "ok" and len(r["coverage_levels"]) == 10 and 0 < r["mean_z2"] < 100
+    plain = [r for r in records if r["model"] == "DBK (plain fit)"][0]
+    assert plain["variance_scale"] != 1.0  # plain fit held out a validation part and recalibrated on it
+    table = (out / "table.md").read_text()
+    assert "## Summary" in table and "| DBK (plain fit) |" in table and "## 95 % coverage" in table
+    assert (out / "metrics.png").stat().st_size > 5000
