@@ -5,10 +5,11 @@ from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError
 from neuralgp.io import load
 from neuralgp.models import (DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
                              GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor,
-                             SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor)
+                             SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
+                             SVGPRegressor)
 
 __version__ = "0.2.0"
 __all__ = ["DBKRegressor", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
-           "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
+           "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor",
            "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics",
            "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

@@ -37,6 +37,7 @@ ESTIMATORS = [
     ng.SVDKLRegressor(max_epochs=50, hidden=16, num_inducing=16, lr=0.01, **PEER),
     ng.GPyTorchDBKRegressor(max_iter=50, hidden=16, feature_dim=8, lr=0.01, **PEER),
     ng.SVGPClassifier(max_epochs=60, num_inducing=16, lr=0.05, verbose=False),
+    ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
 ]
 
 EXPECTED_FAILURES = {

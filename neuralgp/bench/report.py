@@ -42,8 +42,9 @@ def run_on(records: list[dict]) -> str:
 
 def commits(records: list[dict]) -> str:
     """The commits that made the records (short hashes; "unknown" for records older than the field)."""
-    return ", ".join(sorted({r.get("commit", "unknown")[:7] + ("+dirty" if r.get("commit", "").endswith("+dirty") else "")
-                             for r in records}))
+    def short(commit: str) -> str:
+        return commit[:7] + ("+dirty" if commit.endswith("+dirty") else "")
+    return ", ".join(sorted({short(r.get("commit", "unknown")) for r in records}))
 
 
 def table(suite: Suite, records: list[dict]) -> str:
