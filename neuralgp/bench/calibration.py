@@ -61,10 +61,10 @@ def _grid(suite, records) -> tuple[list, list, dict]:
 def calibration_table(suite, records: list[dict]) -> str:
     sets, models, cells = _grid(suite, records)
     ours, baselines = suite.groups
-    counted = [d for d in sets if any(p and p["n_test"] >= MIN_POOLED_TEST for (dd, _), p in cells.items()
-                                      if dd == d)]
-    signal = [d for d in sets if min((p["rmse"] for (dd, _), p in cells.items() if dd == d and p), default=1)
-              < SIGNAL_RMSE]
+    ran = {d: [cells[d, m] for m in models if cells[d, m]] for d in sets}
+    n_test = {d: max((p["n_test"] for p in ran[d]), default=0) for d in sets}
+    counted = [d for d in sets if n_test[d] >= MIN_POOLED_TEST]
+    signal = [d for d in sets if min((p["rmse"] for p in ran[d]), default=1) < SIGNAL_RMSE]
     best_baseline = {d: min((cells[d, m]["nll"] for m in baselines if m in models and cells[d, m]), default=None)
                      for d in sets}
     lines = [f"# {suite.name}: are the defaults honest about their uncertainty?", "", suite.note, "",
@@ -98,7 +98,6 @@ def calibration_table(suite, records: list[dict]) -> str:
         lines += ["", f"## {title}", "", "| set | test pts | " + " | ".join(models) + " |",
                   "|---|---|" + "---|" * len(models)]
         for d in sets:
-            n = max((p["n_test"] for (dd, _), p in cells.items() if dd == d and p), default=0)
             row = []
             for m in models:
                 p = cells[d, m]
@@ -110,7 +109,7 @@ def calibration_table(suite, records: list[dict]) -> str:
                 if key == "coverage_95" and d in counted:
                     cell += " ✓" if calibrated(p) else " ✗"
                 row.append(cell)
-            lines.append(f"| {d} | {n} | " + " | ".join(row) + " |")
+            lines.append(f"| {d} | {n_test[d]} | " + " | ".join(row) + " |")
     lines += ["", "† = some splits hit the time budget (the best state so far was used); 'skipped: memory' / "
               "'failed' give their reason in results.jsonl."]
     return "\n".join(lines)

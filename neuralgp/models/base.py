@@ -98,11 +98,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def _hold_out_validation(self, X, y):
         """(X, y) split into a training part and a random ``validation_fraction`` (at least one row; none when
         the fraction is 0 or fewer than 4 rows are given), drawn with ``seed``: (X, y, X_val, y_val)."""
-        n_val = int(round(self.validation_fraction * len(y)))
         if self.validation_fraction == 0 or len(y) < 4:
             return X, y, None, None
+        n_val = max(1, round(self.validation_fraction * len(y)))
         perm = np.random.default_rng(self.seed).permutation(len(y))
-        val, tr = perm[:max(n_val, 1)], perm[max(n_val, 1):]
+        val, tr = perm[:n_val], perm[n_val:]
         return X[tr], y[tr], X[val], y[val]
 
     @property

@@ -21,7 +21,7 @@ from torch import nn
 from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.io import register
-from neuralgp.metrics import nll
+from neuralgp.metrics import mean_z2, nll
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.models.base import NeuralGPRegressor
@@ -161,9 +161,10 @@ class DBKRegressor(NeuralGPRegressor):
         with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
             parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
         mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
+        std = np.sqrt(var_y)
         if self.recalibration:
-            var_y = var_y * np.mean((y_val - mean) ** 2 / var_y)
-        return nll(y_val, mean, np.sqrt(var_y))
+            std = std * np.sqrt(mean_z2(y_val, mean, std))
+        return nll(y_val, mean, std)
 
     def _fit_exact(self, Xt, yt, val):
         m, n, opt, precision = self.module_, len(yt), self._optimizer(), self._gram_precision()

@@ -5,7 +5,7 @@ validation together — beside the GPyTorch baselines and scikit-learn's Gaussia
 sets (fixed test masks) and the 9 ``gal/`` sets (fixed splits). Coverage on a few dozen test points is noisy, so the
 test points of several splits are pooled: 5 of the smallest sets, 3 of the others up to 2000 rows, one split of
 the large ones (``splits_of``).
-The report counts, per model, the sets on which it is calibrated (``neuralgp.bench.report.calibrated``).
+The report counts, per model, the sets on which it is calibrated (``neuralgp.bench.calibration.calibrated``).
 """
 
 from __future__ import annotations
