@@ -20,21 +20,23 @@ NORMS = {"layer": nn.LayerNorm, "batch": nn.BatchNorm1d}
 
 
 class MLP(nn.Module):
-    """``depth`` hidden layers of width ``hidden``, linear output (the DBK paper's synthetic backbone).
+    """``depth`` hidden layers of width ``hidden`` — or, for a sequence ``hidden``, one layer per width — and a
+    linear output (the DBK paper's synthetic backbone; DAK's D → 64 → 32 → D_w is ``hidden=(64, 32)``).
 
     ``norm="layer"`` or ``"batch"`` puts a normalisation between each linear layer and its activation
     (FM-GP's feature map: 2 × 512, ReLU, LayerNorm).
     """
 
-    def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 2, activation: str = "tanh",
-                 norm: str | None = None):
+    def __init__(self, in_dim: int, out_dim: int, hidden: int | tuple = 128, depth: int = 2,
+                 activation: str = "tanh", norm: str | None = None):
         super().__init__()
         if norm is not None and norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; use one of {sorted(NORMS)} or None")
+        widths = list(hidden) if isinstance(hidden, (tuple, list)) else [hidden] * depth
         layers, width = [], in_dim
-        for _ in range(depth):
-            layers += [nn.Linear(width, hidden)] + ([NORMS[norm](hidden)] if norm else []) + [_activation(activation)]
-            width = hidden
+        for w in widths:
+            layers += [nn.Linear(width, w)] + ([NORMS[norm](w)] if norm else []) + [_activation(activation)]
+            width = w
         layers.append(nn.Linear(width, out_dim))
         self.net = nn.Sequential(*layers)
 

@@ -5,10 +5,11 @@ from neuralgp.posterior.exact import PRECISIONS, ExactPosterior, GramStats, accu
 from neuralgp.posterior.likelihoods import GaussianLikelihood, PoissonLikelihood, gauss_hermite
 from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
 from neuralgp.posterior.positive import Positive, inverse_softplus
-from neuralgp.posterior.variational import (FullRankPosterior, MeanFieldPosterior, elbo,
+from neuralgp.posterior.sparse import SparseRows
+from neuralgp.posterior.variational import (FullRankPosterior, MeanFieldPosterior, elbo, mc_elbo,
                                             make_weight_posterior)
 
 __all__ = ["PRECISIONS", "ExactPosterior", "GramStats", "accumulate_stats", "gram_stats", "GaussianLikelihood",
-           "PoissonLikelihood", "gauss_hermite", "FullRankPosterior", "MeanFieldPosterior", "elbo",
-           "make_weight_posterior", "correction_scale", "trace_penalty", "exact_objective", "chunked_exact_backward",
-           "Positive", "inverse_softplus"]
+           "PoissonLikelihood", "gauss_hermite", "FullRankPosterior", "MeanFieldPosterior", "elbo", "mc_elbo",
+           "make_weight_posterior", "SparseRows", "correction_scale", "trace_penalty", "exact_objective",
+           "chunked_exact_backward", "Positive", "inverse_softplus"]

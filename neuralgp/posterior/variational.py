@@ -13,6 +13,7 @@ from torch.nn.functional import softplus
 
 from neuralgp.posterior.likelihoods import GaussianLikelihood
 from neuralgp.posterior.positive import inverse_softplus
+from neuralgp.posterior.sparse import SparseRows
 
 
 class _WeightPosterior(nn.Module):
@@ -27,10 +28,17 @@ class _WeightPosterior(nn.Module):
         m = self.mean
         return 0.5 * ((m ** 2).sum() + self.trace_cov() - self.logdet_cov() - m.numel())
 
-    def predict_f(self, phi: torch.Tensor):
+    def predict_f(self, phi: torch.Tensor | SparseRows):
         """Mean and variance of f(x) = wᵀφ(x) under q (eq. 10 without noise)."""
+        if isinstance(phi, SparseRows):
+            return phi.matvec(self.mean), self.quadratic_form(phi)
         phi = phi.to(self.mean.dtype)
         return phi @ self.mean, self.quadratic_form(phi)
+
+    def sample_f(self, phi: torch.Tensor | SparseRows, n_samples: int) -> torch.Tensor:
+        """(n_samples, n) draws of f = Φw, w ~ q reparameterised (one w per sample, shared by the rows)."""
+        w = self.sample_weights(n_samples)
+        return phi.matvec(w) if isinstance(phi, SparseRows) else w @ phi.to(w.dtype).T
 
 
 class FullRankPosterior(_WeightPosterior):
@@ -60,15 +68,20 @@ class FullRankPosterior(_WeightPosterior):
 
     def quadratic_form(self, phi):
         """‖Lᵀφ_i‖² for each row φ_i."""
-        return ((phi @ self.scale_tril()) ** 2).sum(-1)
+        phi = phi.dense() if isinstance(phi, SparseRows) else phi
+        return ((phi.to(self.mean.dtype) @ self.scale_tril()) ** 2).sum(-1)
+
+    def sample_weights(self, n_samples: int) -> torch.Tensor:
+        eps = torch.randn(n_samples, self.mean.numel(), dtype=self.mean.dtype, device=self.mean.device)
+        return self.mean + eps @ self.scale_tril().T
 
 
 class MeanFieldPosterior(_WeightPosterior):
-    """q(w) = N(m, diag(s²)), s softplus-positive; initialised at the prior."""
+    """q(w) = N(m, diag(s²)), s softplus-positive; initialised at m = 0 and s = ``init_std`` (1: the prior)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, init_std: float = 1.0):
         super().__init__(rank)
-        self.raw_std = nn.Parameter(torch.full((rank,), inverse_softplus(1.0)))
+        self.raw_std = nn.Parameter(torch.full((rank,), inverse_softplus(init_std)))
 
     def std(self):
         return softplus(self.raw_std)
@@ -80,16 +93,22 @@ class MeanFieldPosterior(_WeightPosterior):
         return 2.0 * torch.log(self.std()).sum()
 
     def quadratic_form(self, phi):
+        if isinstance(phi, SparseRows):
+            return phi.squared_matvec(self.std() ** 2)
         return (phi ** 2 * self.std() ** 2).sum(-1)
+
+    def sample_weights(self, n_samples: int) -> torch.Tensor:
+        eps = torch.randn(n_samples, self.mean.numel(), dtype=self.mean.dtype, device=self.mean.device)
+        return self.mean + eps * self.std()
 
 
 FAMILIES = {"full": FullRankPosterior, "meanfield": MeanFieldPosterior}
 
 
-def make_weight_posterior(family: str, rank: int) -> _WeightPosterior:
+def make_weight_posterior(family: str, rank: int, **init) -> _WeightPosterior:
     if family not in FAMILIES:
         raise ValueError(f"unknown variational family {family!r}; use one of {sorted(FAMILIES)}")
-    return FAMILIES[family](rank)
+    return FAMILIES[family](rank, **init)
 
 
 def elbo(phi: torch.Tensor, y: torch.Tensor, q: _WeightPosterior, likelihood=None,
@@ -102,4 +121,14 @@ def elbo(phi: torch.Tensor, y: torch.Tensor, q: _WeightPosterior, likelihood=Non
     mean, var = q.predict_f(phi)
     n = phi.shape[0] if n_total is None else n_total
     data_term = likelihood.expected_log_prob(y.to(mean.dtype), mean, var).sum()
+    return (n / phi.shape[0]) * data_term - q.kl_divergence()
+
+
+def mc_elbo(phi: torch.Tensor | SparseRows, y: torch.Tensor, q: _WeightPosterior, likelihood, n_samples: int,
+            n_total: int | None = None) -> torch.Tensor:
+    """``elbo`` with the expected log-likelihood estimated from ``n_samples`` reparameterised draws of w (DAK
+    eqs. 40–43): unbiased for the same bound, for likelihoods without a closed form."""
+    f = q.sample_f(phi, n_samples)
+    n = phi.shape[0] if n_total is None else n_total
+    data_term = likelihood.log_prob(y.to(f.dtype), f).mean(0).sum()
     return (n / phi.shape[0]) * data_term - q.kl_divergence()

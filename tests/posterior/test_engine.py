@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from neuralgp.models.dbk import DBKModule
+from neuralgp.models.weightspace import WeightSpaceModule
 from neuralgp.posterior import correction_scale, trace_penalty
 from neuralgp.features import MLP
 from neuralgp.posterior import (ExactPosterior, FullRankPosterior, GaussianLikelihood, MeanFieldPosterior,
@@ -133,7 +133,7 @@ def test_objective_gradient_finite_differences():
     torch.manual_seed(0)
     X = torch.rand(12, 2, dtype=D) * 2 - 1
     y = torch.sin(3 * X[:, 0]).to(D)
-    module = DBKModule(MLP(2, 3, hidden=5, depth=1), 3, 0.1, 1e-6, False, "full").double()
+    module = WeightSpaceModule(MLP(2, 3, hidden=5, depth=1), 3, 0.1, 1e-6, False, "full").double()
     params = dict(module.named_parameters())
     names = ["net.net.0.weight", "net.net.0.bias", "net.net.2.weight", "net.net.2.bias", "noise.raw"]
     inputs = tuple(params[k].detach().clone().requires_grad_(True) for k in names)

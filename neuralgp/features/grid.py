@@ -1,0 +1,131 @@
+"""The induced grid of DAK (Zhao, Chen et al. 2025, App. A): 1-D kernel activations φ(h) = k(h, U) R on a fixed
+level-sorted dyadic grid U, with R the inverse upper Cholesky factor, RᵀK_UU R = I.
+
+Then φ(h)φ(h')ᵀ = k(h, U)K_UU⁻¹k(U, h') (the Nyström / kriging form of eq. 7) and a 1-D GP g ≈ φ(h)z with
+z ~ N(0, I_M). For the Laplace kernel (Markov of order one) R has at most 3 non-zeros per column and is built in
+O(M) by Algorithm 1, and φ(h) has at most L non-zeros (one per level) for any h, inside the interval or not: the
+activations are computed from those alone (``sparse``), never from a dense M-vector.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+KERNELS = ("laplace", "matern32")
+MAX_LEVEL = 20
+
+
+def sorted_dyadic_points(level: int) -> torch.Tensor:
+    """X_L^sort on (0, 1) (eq. 17): level 1's point, then level 2's, …, increasing within a level; M = 2^L − 1."""
+    return torch.cat([torch.arange(1, 2 ** lv, 2, dtype=torch.float64) / 2 ** lv for lv in range(1, level + 1)])
+
+
+class InducedGrid:
+    """M = 2^L − 1 grid points on ``interval`` in the level-sorted order, a unit-variance 1-D kernel
+    (``laplace``: exp(−|a − b|/θ); ``matern32``: (1 + √3|a − b|/θ) exp(−√3|a − b|/θ)) with lengthscale θ.
+
+    ``grid(h)`` maps an (n, P) tensor to the (n, P, M) activations φ(h) = k(h, U) R; ``grid.sparse(h)`` gives
+    the same as (column indices, values) of the non-zeros, (n, P, L) each for the Laplace kernel.
+    """
+
+    def __init__(self, level: int, interval=(0.0, 1.0), kernel: str = "laplace", lengthscale: float = 1.0):
+        if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= MAX_LEVEL:
+            raise ValueError(f"level must be an integer in [1, {MAX_LEVEL}] (M = 2^level − 1 grid points), "
+                             f"got {level!r}")
+        lo, hi = (float(v) for v in interval)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"interval must be (lo, hi) with finite lo < hi, got {tuple(interval)!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {kernel!r}; use one of {KERNELS}")
+        if not (math.isfinite(float(lengthscale)) and float(lengthscale) > 0):
+            raise ValueError(f"lengthscale must be a positive number, got {lengthscale!r}")
+        self.level, self.interval, self.kernel, self.lengthscale = level, (lo, hi), kernel, float(lengthscale)
+        self.size = 2 ** level - 1
+        self.points = lo + (hi - lo) * sorted_dyadic_points(level)
+        self._R = None
+        if kernel == "laplace":
+            self._stencil = self._laplace_stencil()
+
+    def k(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The kernel on broadcast tensors; 0 against ±inf (Algorithm 1's convention)."""
+        d = (a - b).abs() / self.lengthscale
+        if self.kernel == "laplace":
+            return torch.exp(-d)
+        d = math.sqrt(3.0) * d
+        return torch.where(torch.isinf(d), torch.zeros_like(d), (1.0 + d) * torch.exp(-d))
+
+    # -- R ------------------------------------------------------------------------------------------
+    def _laplace_stencil(self):
+        """Per column j (the point u_j of level ℓ): its neighbours from coarser levels (±inf at the ends) and the
+        coefficients (c_left, c_mid, c_right) of Algorithm 1, from the reduced 2×2 / 1×1 systems at the ends."""
+        lo, hi = self.interval
+        mid, left, right, coef = [], [], [], []
+        for lv in range(1, self.level + 1):
+            for i in range(1, 2 ** lv, 2):
+                to_x = lambda j: lo + (hi - lo) * j / 2 ** lv  # noqa: E731
+                pts = [to_x(i - 1) if i > 1 else -math.inf, to_x(i), to_x(i + 1) if i < 2 ** lv - 1 else math.inf]
+                finite = [p for p in pts if math.isfinite(p)]
+                x = torch.tensor(finite, dtype=torch.float64)
+                K = self.k(x[:, None], x[None, :])
+                e = torch.zeros(len(finite), dtype=torch.float64)
+                e[finite.index(pts[1])] = 1.0
+                c = torch.linalg.solve(K, e)  # eq. 19 on the finite points
+                c = c / torch.sqrt(c[finite.index(pts[1])])
+                it = iter(c.tolist())
+                full = [next(it) if math.isfinite(p) else 0.0 for p in pts]
+                mid.append(pts[1]), left.append(pts[0]), right.append(pts[2]), coef.append(full)
+        t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+        return t(left), t(mid), t(right), t(coef)
+
+    def inverse_cholesky(self) -> torch.Tensor:
+        """R (M × M, upper triangular, float64) with RᵀK_UU R = I: Algorithm 1 in O(M) for the Laplace kernel,
+        inv(chol(K_UU))ᵀ for Matérn-3/2 (not Markov of order one, so R is dense)."""
+        if self._R is None:
+            M = self.size
+            if self.kernel == "laplace":
+                left, mid, right, coef = self._stencil
+                R = torch.zeros(M, M, dtype=torch.float64)
+                index = {float(p): j for j, p in enumerate(self.points.tolist())}
+                for j in range(M):
+                    R[j, j] = coef[j, 1]
+                    for nb, c in ((left[j], coef[j, 0]), (right[j], coef[j, 2])):
+                        if math.isfinite(nb):
+                            R[index[float(nb)], j] = c
+            else:
+                K = self.k(self.points[:, None], self.points[None, :])
+                L = torch.linalg.cholesky(K)
+                R = torch.linalg.solve_triangular(L, torch.eye(M, dtype=torch.float64), upper=False).T
+            self._R = R
+        return self._R
+
+    # -- activations --------------------------------------------------------------------------------
+    def sparse(self, h: torch.Tensor):
+        """(index, value) of φ(h)'s non-zeros, each of shape h.shape + (K,): K = L for the Laplace kernel (at most
+        one non-zero per level, found from h's dyadic cell), K = M (all columns) for Matérn-3/2."""
+        if self.kernel != "laplace":
+            index = torch.arange(self.size, device=h.device).expand(*h.shape, self.size)
+            return index, self(h)
+        lo, hi = self.interval
+        left, mid, right, coef = (s.to(device=h.device, dtype=h.dtype) for s in self._stencil)
+        t = ((h - lo) / (hi - lo)).unsqueeze(-1)
+        counts = 2 ** torch.arange(self.level, device=h.device)  # columns per level: 1, 2, 4, …
+        cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
+        index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
+        hx = h.unsqueeze(-1)
+        value = (coef[index, 0] * self.k(hx, left[index]) + coef[index, 1] * self.k(hx, mid[index])
+                 + coef[index, 2] * self.k(hx, right[index]))
+        return index, value
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """Dense activations φ(h) = k(h, U) R, shape h.shape + (M,), in h's dtype."""
+        if self.kernel == "laplace":
+            index, value = self.sparse(h)
+            return torch.zeros(*h.shape, self.size, dtype=h.dtype, device=h.device).scatter_(-1, index, value)
+        U, R = self.points.to(h.device, h.dtype), self.inverse_cholesky().to(h.device, h.dtype)
+        return self.k(h.unsqueeze(-1), U) @ R
+
+    def __repr__(self):
+        return (f"InducedGrid(level={self.level}, interval={self.interval}, kernel={self.kernel!r}, "
+                f"lengthscale={self.lengthscale})")

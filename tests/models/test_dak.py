@@ -1,0 +1,162 @@
+"""DAK: the closed-form and Monte Carlo bounds, the mean-field optimum, DAK-exact against the dense GP, the three
+inference kinds end to end, fine-tuning, persistence and bad input (issue 15 §4)."""
+
+import numpy as np
+import pytest
+import torch
+
+import neuralgp as ng
+from neuralgp.errors import InputError, NotFittedError, ParameterError
+from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
+from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, SparseRows, elbo, mc_elbo
+from neuralgp.posterior.variational import FullRankPosterior
+from neuralgp.registry import build
+
+F64 = torch.float64
+SMALL = dict(n_projections=4, grid_level=3, hidden=(16,), embedding_dim=8, max_epochs=30, max_iter=30,
+             batch_size=64, lr=1e-2, verbose=False)
+
+
+def _features(n=50, P=3, level=3, seed=0):
+    torch.manual_seed(seed)
+    fmap = AdditiveGridFeatures(MLP(2, 6, hidden=8, depth=1), 6, P, InducedGrid(level)).double()
+    X = torch.randn(n, 2, dtype=F64)
+    with torch.no_grad():
+        return fmap.sparse(X), X, fmap
+
+
+def _random_q(r, seed=1):
+    torch.manual_seed(seed)
+    q = MeanFieldPosterior(r).double()
+    with torch.no_grad():
+        q.mean.normal_(0, 0.5)
+        q.raw_std.normal_(-1, 0.3)
+    return q
+
+
+def test_sparse_rows_equal_dense_features_in_every_posterior_operation():
+    phi, _, fmap = _features()
+    dense = phi.dense()
+    assert dense.shape == (50, fmap.n_columns) and (dense != 0).sum(-1).max() <= 3 * 3 + 1
+    for q in (_random_q(fmap.n_columns), FullRankPosterior(fmap.n_columns).double()):
+        for a, b in zip(q.predict_f(phi), q.predict_f(dense)):
+            assert torch.allclose(a, b, atol=1e-12)
+        torch.manual_seed(3)
+        sparse_draws = q.sample_f(phi, 4)
+        torch.manual_seed(3)
+        assert torch.allclose(sparse_draws, q.sample_f(dense, 4), atol=1e-12)
+
+
+def test_closed_form_expected_log_likelihood_equals_the_monte_carlo_mean():
+    phi, _, fmap = _features()
+    q = _random_q(fmap.n_columns)
+    y = torch.randn(50, dtype=F64)
+    lik = GaussianLikelihood(torch.tensor(0.3, dtype=F64))
+    mean, var = q.predict_f(phi)
+    closed = lik.expected_log_prob(y, mean, var)
+    torch.manual_seed(0)
+    draws = lik.log_prob(y, q.sample_f(phi, 100_000))  # (S, n)
+    se = draws.std(0) / np.sqrt(draws.shape[0])
+    assert ((draws.mean(0) - closed).abs() < 4 * se + 1e-9).all()
+    # and so the two bounds agree: mc_elbo is an unbiased estimate of elbo
+    torch.manual_seed(1)
+    estimates = torch.stack([mc_elbo(phi, y, q, lik, 2000) for _ in range(5)])
+    assert abs(float(estimates.mean() - elbo(phi, y, q, lik))) < 4 * float(estimates.std()) + 1e-6
+
+
+def test_closed_form_bound_optimum_is_the_exact_posterior_mean_and_mean_field_variance():
+    """Fixed features: mean-field VI on a Gaussian target recovers the exact mean, variances 1/diag(Λ)."""
+    phi, _, fmap = _features(n=40, P=2, level=2)
+    Phi = phi.dense()
+    y = torch.sin(torch.arange(40, dtype=F64))
+    noise = torch.tensor(0.1, dtype=F64)
+    q = MeanFieldPosterior(fmap.n_columns).double()
+    opt = torch.optim.LBFGS(q.parameters(), max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -elbo(phi, y, q, GaussianLikelihood(noise))
+        loss.backward()
+        return loss
+    for _ in range(5):
+        opt.step(closure)
+    lam = torch.eye(fmap.n_columns, dtype=F64) + Phi.T @ Phi / noise
+    exact_mean = torch.linalg.solve(lam, Phi.T @ y / noise)
+    assert torch.allclose(q.mean.detach(), exact_mean, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(q.std().detach() ** 2, 1 / torch.diagonal(lam), rtol=1e-4)
+    log_evidence = torch.distributions.MultivariateNormal(
+        torch.zeros(40, dtype=F64), Phi @ Phi.T + noise * torch.eye(40, dtype=F64)).log_prob(y)
+    assert float(elbo(phi, y, q, GaussianLikelihood(noise))) <= float(log_evidence) + 1e-9
+
+
+def _data(n=120, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, d))
+    return X, np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2 + 0.1 * rng.standard_normal(n)
+
+
+def test_exact_predictions_equal_the_dense_gp_with_the_induced_additive_kernel(dense_gp):
+    X, y = _data()
+    model = ng.DAKRegressor(inference="exact", validation_fraction=0.0, **SMALL).fit(X, y)
+    Xs = _data(30, seed=1)[0]
+    Phi, Phi_s = model.features(X), model.features(Xs)
+    mean, var_f, _ = dense_gp(Phi @ Phi.T, Phi @ Phi_s.T, (Phi_s ** 2).sum(1), y, model.noise_variance_,
+                              offset=y.mean())
+    dist = model.predict_dist(Xs)
+    assert np.allclose(dist["mean"], mean, atol=1e-6 * np.abs(y).max())
+    assert np.allclose(dist["var_f"], var_f, rtol=1e-5, atol=1e-9)
+    assert np.allclose(dist["var_y"], var_f + model.noise_variance_, rtol=1e-5)
+
+
+@pytest.mark.parametrize("inference", ["closed_form", "mc", "exact"])
+def test_each_inference_learns_and_round_trips(inference, tmp_path):
+    X, y = _data(300)
+    model = ng.DAKRegressor(inference=inference, **SMALL).fit(X, y)
+    Xs, ys = _data(100, seed=2)
+    mean, std = model.predict(Xs, return_std=True)
+    assert np.sqrt(np.mean((mean - ys) ** 2)) < 0.8 * ys.std()  # learns more than the mean
+    assert np.all(std > 0) and np.isfinite(std).all()
+    loaded = ng.load(model.save(tmp_path / "dak.pt"))
+    m2, s2 = loaded.predict(Xs, return_std=True)
+    assert np.allclose(m2, mean) and np.allclose(s2, std)
+
+
+def test_finetune_freezes_the_pretrained_network():
+    snapshots = {}
+
+    class Probe(ng.DAKRegressor):
+        def _prepare(self, Xt, yt):
+            super()._prepare(Xt, yt)
+            snapshots["after"] = {k: v.clone() for k, v in self.module_.net.net.state_dict().items()}
+
+    X, y = _data(200)
+    model = Probe(finetune=True, **SMALL).fit(X, y)
+    final = model.module_.net.net.state_dict()
+    assert all(torch.equal(final[k], v) for k, v in snapshots["after"].items())
+    assert not all(p.requires_grad for p in model.module_.net.project.parameters())
+
+
+def test_registry_names_and_presets():
+    assert build("dak").inference == "closed_form"
+    assert build("dak-mc").inference == "mc" and build("dak-exact").inference == "exact"
+
+
+@pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),
+                                          ({"grid_level": 21}, "grid_level"), ({"inference": "cf"}, "inference"),
+                                          ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel")])
+def test_bad_parameters_are_clear_errors_before_any_work(params, match):
+    X, y = _data(30)
+    with pytest.raises(ParameterError, match=match):
+        ng.DAKRegressor(**{**SMALL, **params}).fit(X, y)
+
+
+def test_bad_input_and_unfitted_save_write_nothing(tmp_path):
+    X, y = _data(30)
+    X[3, 1] = np.nan
+    model = ng.DAKRegressor(**SMALL)
+    with pytest.raises(InputError, match="NaN"):
+        model.fit(X, y)
+    with pytest.raises(NotFittedError):
+        model.save(tmp_path / "m.pt")
+    assert list(tmp_path.iterdir()) == []
