@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
-from neuralgp.models import (DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
+from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
                              GPnnRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
                              SVGPClassifier, SVGPRegressor)
 
@@ -31,7 +31,7 @@ ESTIMATORS = {
     "svdbk": Entry("deep basis kernel GP, mini-batch weight-space SVI (SVDBK)", DBKRegressor,
                    params={"inference": "svi"}),
     "dak": Entry("deep additive kernel: additive 1-D GPs on grids as a Bayesian last layer, closed-form ELBO "
-                 "(DAK-CF)", DAKRegressor),
+                 "(DAK-CF; classification: Monte Carlo softmax)", DAKRegressor, DAKClassifier),
     "dak-mc": Entry("deep additive kernel, Monte Carlo ELBO (DAK-MC)", DAKRegressor, params={"inference": "mc"}),
     "dak-exact": Entry("deep additive kernel, exact posterior over the last layer by the marginal likelihood",
                        DAKRegressor, params={"inference": "exact"}),

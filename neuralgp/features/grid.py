@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 KERNELS = ("laplace", "matern32")
 MAX_LEVEL = 20
@@ -58,26 +59,24 @@ class InducedGrid:
 
     # -- R ------------------------------------------------------------------------------------------
     def _laplace_stencil(self):
-        """Per column j (the point u_j of level ℓ): its neighbours from coarser levels (±inf at the ends) and the
-        coefficients (c_left, c_mid, c_right) of Algorithm 1, from the reduced 2×2 / 1×1 systems at the ends."""
+        """Per column j (the point u_j of level ℓ): the points (u_left, u_j, u_right) — its neighbours from coarser
+        levels, ±inf at the ends — and the coefficients (c_left, c_mid, c_right) of Algorithm 1, from the reduced
+        2×2 / 1×1 systems at the ends. Two (M, 3) float64 tensors."""
         lo, hi = self.interval
-        mid, left, right, coef = [], [], [], []
+        points, coefs = [], []
         for lv in range(1, self.level + 1):
+            to_x = lambda j: lo + (hi - lo) * j / 2 ** lv  # noqa: E731
             for i in range(1, 2 ** lv, 2):
-                to_x = lambda j: lo + (hi - lo) * j / 2 ** lv  # noqa: E731
                 pts = [to_x(i - 1) if i > 1 else -math.inf, to_x(i), to_x(i + 1) if i < 2 ** lv - 1 else math.inf]
                 finite = [p for p in pts if math.isfinite(p)]
                 x = torch.tensor(finite, dtype=torch.float64)
-                K = self.k(x[:, None], x[None, :])
                 e = torch.zeros(len(finite), dtype=torch.float64)
                 e[finite.index(pts[1])] = 1.0
-                c = torch.linalg.solve(K, e)  # eq. 19 on the finite points
-                c = c / torch.sqrt(c[finite.index(pts[1])])
-                it = iter(c.tolist())
-                full = [next(it) if math.isfinite(p) else 0.0 for p in pts]
-                mid.append(pts[1]), left.append(pts[0]), right.append(pts[2]), coef.append(full)
-        t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
-        return t(left), t(mid), t(right), t(coef)
+                c = torch.linalg.solve(self.k(x[:, None], x[None, :]), e)  # eq. 19 on the finite points
+                c = iter((c / torch.sqrt(c[finite.index(pts[1])])).tolist())
+                points.append(pts)
+                coefs.append([next(c) if math.isfinite(p) else 0.0 for p in pts])
+        return torch.tensor(points, dtype=torch.float64), torch.tensor(coefs, dtype=torch.float64)
 
     def inverse_cholesky(self) -> torch.Tensor:
         """R (M × M, upper triangular, float64) with RᵀK_UU R = I: Algorithm 1 in O(M) for the Laplace kernel,
@@ -85,14 +84,13 @@ class InducedGrid:
         if self._R is None:
             M = self.size
             if self.kernel == "laplace":
-                left, mid, right, coef = self._stencil
+                points, coefs = self._stencil
                 R = torch.zeros(M, M, dtype=torch.float64)
-                index = {float(p): j for j, p in enumerate(self.points.tolist())}
+                row = {float(p): j for j, p in enumerate(self.points.tolist())}
                 for j in range(M):
-                    R[j, j] = coef[j, 1]
-                    for nb, c in ((left[j], coef[j, 0]), (right[j], coef[j, 2])):
-                        if math.isfinite(nb):
-                            R[index[float(nb)], j] = c
+                    for u, c in zip(points[j].tolist(), coefs[j].tolist()):
+                        if math.isfinite(u):
+                            R[row[u], j] = c
             else:
                 K = self.k(self.points[:, None], self.points[None, :])
                 L = torch.linalg.cholesky(K)
@@ -103,20 +101,13 @@ class InducedGrid:
     # -- activations --------------------------------------------------------------------------------
     def sparse(self, h: torch.Tensor):
         """(index, value) of φ(h)'s non-zeros, each of shape h.shape + (K,): K = L for the Laplace kernel (at most
-        one non-zero per level, found from h's dyadic cell), K = M (all columns) for Matérn-3/2."""
+        one non-zero per level, found from h's dyadic cell; one autograd node, ``_LaplaceActivations``), K = M
+        (all columns) for Matérn-3/2."""
         if self.kernel != "laplace":
             index = torch.arange(self.size, device=h.device).expand(*h.shape, self.size)
             return index, self(h)
-        lo, hi = self.interval
-        left, mid, right, coef = (s.to(device=h.device, dtype=h.dtype) for s in self._stencil)
-        t = ((h - lo) / (hi - lo)).unsqueeze(-1)
-        counts = 2 ** torch.arange(self.level, device=h.device)  # columns per level: 1, 2, 4, …
-        cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
-        index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
-        hx = h.unsqueeze(-1)
-        value = (coef[index, 0] * self.k(hx, left[index]) + coef[index, 1] * self.k(hx, mid[index])
-                 + coef[index, 2] * self.k(hx, right[index]))
-        return index, value
+        stencil = torch.cat(self._stencil, 1).to(device=h.device, dtype=h.dtype)  # (M, 6): points, coefficients
+        return _LaplaceActivations.apply(h, stencil, self.interval, self.level, self.lengthscale)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """Dense activations φ(h) = k(h, U) R, shape h.shape + (M,), in h's dtype."""
@@ -129,3 +120,29 @@ class InducedGrid:
     def __repr__(self):
         return (f"InducedGrid(level={self.level}, interval={self.interval}, kernel={self.kernel!r}, "
                 f"lengthscale={self.lengthscale})")
+
+
+class _LaplaceActivations(torch.autograd.Function):
+    """φ(h) for the Laplace kernel from the ≤ 3-point stencil of h's column at each level:
+    φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), with dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ
+    computed in the same pass, so that training adds one node to the graph, not a dozen."""
+
+    @staticmethod
+    def forward(ctx, h, stencil, interval, level, lengthscale):
+        lo, hi = interval
+        counts = 2 ** torch.arange(level, device=h.device)  # columns per level: 1, 2, 4, …
+        t = ((h - lo) / (hi - lo)).unsqueeze(-1)
+        cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
+        index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
+        rows = stencil.index_select(0, index.reshape(-1)).view(*index.shape, 6)
+        diff = h[..., None, None] - rows[..., :3]  # (..., L, 3)
+        terms = rows[..., 3:] * torch.exp(-diff.abs() / lengthscale)  # exp(−inf) = 0 at the missing ends
+        ctx.save_for_backward((terms * torch.sign(diff)).sum(-1).div_(-lengthscale))
+        ctx.mark_non_differentiable(index)
+        return index, terms.sum(-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, _grad_index, grad_value):
+        (slope,) = ctx.saved_tensors
+        return (grad_value * slope).sum(-1), None, None, None, None

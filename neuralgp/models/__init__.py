@@ -3,14 +3,14 @@
 from neuralgp.errors import ResourceLimitError
 from neuralgp.models.baselines import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, SGPRRegressor,
                                        SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor)
-from neuralgp.models.dak import DAKRegressor
+from neuralgp.models.dak import DAKClassifier, DAKRegressor
 from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor, NNGPRegressor
 from neuralgp.models.network import NetworkClassifier
 from neuralgp.models.sklearn_gp import SklearnGPRegressor
 
-__all__ = ["DBKRegressor", "DAKRegressor", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
+__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
            "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
            "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor",
            "ResourceLimitError"]

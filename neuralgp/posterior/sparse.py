@@ -23,9 +23,14 @@ class SparseRows:
         return out.scatter_add_(1, self.index, self.value)
 
     def matvec(self, w: torch.Tensor) -> torch.Tensor:
-        """Φw for w of shape (r,) → (n,), or (S, r) → (S, n)."""
-        return (self.value.to(w.dtype) * w[..., self.index]).sum(-1)
+        """Φw over w's last axis: (r,) → (n,), (S, r) → (S, n), (S, C, r) → (S, C, n)."""
+        return (self.value.to(w.dtype) * self._pick(w)).sum(-1)
 
     def squared_matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """(Φ∘Φ)v: Σ_k φ_ik² v_k per row, e.g. the variance of Φw under a diagonal covariance diag(v)."""
-        return (self.value.to(v.dtype) ** 2 * v[self.index]).sum(-1)
+        """(Φ∘Φ)v: Σ_k φ_ik² v_k per row, e.g. the variance of Φw under a diagonal covariance diag(v); v of shape
+        (r,) or (C, r) as in ``matvec``."""
+        return (self.value.to(v.dtype) ** 2 * self._pick(v)).sum(-1)
+
+    def _pick(self, w: torch.Tensor) -> torch.Tensor:
+        """w[..., index]: (..., n, K)."""
+        return w.index_select(-1, self.index.reshape(-1)).view(*w.shape[:-1], *self.index.shape)

@@ -17,11 +17,12 @@ from neuralgp.posterior.sparse import SparseRows
 
 
 class _WeightPosterior(nn.Module):
-    """Common parts: the mean m, the KL to N(0, I) and the predictive moments of f = wᵀφ."""
+    """Common parts: the mean m, the KL to N(0, I) and the predictive moments of f = wᵀφ. With ``outputs`` = C,
+    w is a (C, r) matrix of independent per-output weights (one latent function per class)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, outputs: int | None = None):
         super().__init__()
-        self.mean = nn.Parameter(torch.zeros(rank))
+        self.mean = nn.Parameter(torch.zeros(rank if outputs is None else (outputs, rank)))
 
     def kl_divergence(self) -> torch.Tensor:
         """KL(N(m, S) ‖ N(0, I)) = ½(‖m‖² + tr S − log|S| − r)."""
@@ -33,10 +34,11 @@ class _WeightPosterior(nn.Module):
         if isinstance(phi, SparseRows):
             return phi.matvec(self.mean), self.quadratic_form(phi)
         phi = phi.to(self.mean.dtype)
-        return phi @ self.mean, self.quadratic_form(phi)
+        return self.mean @ phi.T, self.quadratic_form(phi)
 
     def sample_f(self, phi: torch.Tensor | SparseRows, n_samples: int) -> torch.Tensor:
-        """(n_samples, n) draws of f = Φw, w ~ q reparameterised (one w per sample, shared by the rows)."""
+        """(n_samples, n) — or (n_samples, C, n) with C outputs — draws of f = Φw, w ~ q reparameterised (one w per
+        sample, shared by the rows)."""
         w = self.sample_weights(n_samples)
         return phi.matvec(w) if isinstance(phi, SparseRows) else w @ phi.to(w.dtype).T
 
@@ -79,9 +81,9 @@ class FullRankPosterior(_WeightPosterior):
 class MeanFieldPosterior(_WeightPosterior):
     """q(w) = N(m, diag(s²)), s softplus-positive; initialised at m = 0 and s = ``init_std`` (1: the prior)."""
 
-    def __init__(self, rank: int, init_std: float = 1.0):
-        super().__init__(rank)
-        self.raw_std = nn.Parameter(torch.full((rank,), inverse_softplus(init_std)))
+    def __init__(self, rank: int, init_std: float = 1.0, outputs: int | None = None):
+        super().__init__(rank, outputs)
+        self.raw_std = nn.Parameter(torch.full(self.mean.shape, inverse_softplus(init_std)))
 
     def std(self):
         return softplus(self.raw_std)
@@ -95,10 +97,11 @@ class MeanFieldPosterior(_WeightPosterior):
     def quadratic_form(self, phi):
         if isinstance(phi, SparseRows):
             return phi.squared_matvec(self.std() ** 2)
-        return (phi ** 2 * self.std() ** 2).sum(-1)
+        return self.std() ** 2 @ (phi.to(self.mean.dtype) ** 2).T
 
     def sample_weights(self, n_samples: int) -> torch.Tensor:
-        eps = torch.randn(n_samples, self.mean.numel(), dtype=self.mean.dtype, device=self.mean.device)
+        """(n_samples, *m.shape) reparameterised draws of w."""
+        eps = torch.randn(n_samples, *self.mean.shape, dtype=self.mean.dtype, device=self.mean.device)
         return self.mean + eps * self.std()
 
 

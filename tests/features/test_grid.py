@@ -87,3 +87,10 @@ def test_matern32_is_dense_but_whitened():
 def test_bad_grid_arguments_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         InducedGrid(**kwargs)
+
+
+def test_activation_gradient_passes_finite_differences():
+    grid = InducedGrid(4, (0, 1), "laplace", 0.7)
+    h = (torch.rand(6, 3, dtype=F64) * 1.4 - 0.2).requires_grad_(True)  # inside and outside the interval
+    weights = torch.randn(6, 3, 4, dtype=F64)
+    assert torch.autograd.gradcheck(lambda x: (grid.sparse(x)[1] * weights).sum(), (h,))

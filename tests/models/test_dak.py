@@ -160,3 +160,19 @@ def test_bad_input_and_unfitted_save_write_nothing(tmp_path):
     with pytest.raises(NotFittedError):
         model.save(tmp_path / "m.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_classifier_probabilities_sum_to_one_learn_and_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 4))
+    y = np.where(X[:, 0] + X[:, 1] > 0, "a", np.where(X[:, 2] > 0, "b", "c"))
+    model = ng.DAKClassifier(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=60, lr=1e-2,
+                             verbose=False).fit(X[:200], y[:200], X[200:250], y[200:250])
+    proba = model.predict_proba(X[250:])
+    assert proba.shape == (50, 3) and np.allclose(proba.sum(1), 1) and (proba >= 0).all()
+    assert (model.predict(X[250:]) == y[250:]).mean() > 0.7
+    assert model.temperature_ != 1.0
+    loaded = ng.load(model.save(tmp_path / "dakc.pt"))
+    assert np.allclose(loaded.predict_proba(X[250:]), proba)
+    with pytest.raises(InputError, match="not in y"):
+        model.calibrate_temperature(X[:3], np.array(["a", "b", "z"]))
