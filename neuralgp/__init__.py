@@ -3,13 +3,14 @@
 from neuralgp import datasets, metrics
 from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
 from neuralgp.io import load
-from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
-                             GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier, NNGPRegressor, SGPRRegressor,
-                             SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
-                             SVGPRegressor)
+from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor,
+                             FMGPClassifier, FMGPRegressor, GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier,
+                             NetworkRegressor, NNGPRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor,
+                             SVDKLRegressor, SVGPClassifier, SVGPRegressor)
 
 __version__ = "0.2.0"
-__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
-           "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor",
-           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics",
-           "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]
+__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
+           "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
+           "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor", "SparseDKLRegressor",
+           "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError",
+           "DataError", "ModelFileError", "NotFittedError", "__version__"]

@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
-from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
+from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, NetworkClassifier, NetworkRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
                              GPnnRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
                              SVGPClassifier, SVGPRegressor)
 
@@ -45,6 +45,8 @@ ESTIMATORS = {
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
     "svdkl": Entry("GPyTorch deep kernel learning with SVGP", SVDKLRegressor),
+    "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
+                     NetworkRegressor, NetworkClassifier),
     "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",
                         SklearnGPRegressor),
 }

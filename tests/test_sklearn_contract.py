@@ -31,6 +31,7 @@ ESTIMATORS = [
     ng.FMGPClassifier(feature_dim=8, hidden=16, max_iter=30, verbose=False),
     ng.GPnnRegressor(n_neighbors=20, max_iter=10, verbose=False),
     ng.NetworkClassifier(hidden=32, max_epochs=60, lr=1e-2, verbose=False),
+    ng.NetworkRegressor(hidden=(16,), embedding_dim=8, max_epochs=100, lr=1e-2, verbose=False),
     ng.ExactGPRegressor(max_iter=50, lr=0.05, **PEER),
     ng.SGPRRegressor(max_iter=50, lr=0.05, num_inducing=16, **PEER),
     ng.SVGPRegressor(max_epochs=50, lr=0.05, num_inducing=16, **PEER),

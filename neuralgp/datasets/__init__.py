@@ -14,7 +14,7 @@ import numpy as np
 
 from neuralgp.datasets import download, readers
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.datasets.splits import carve_validation, holdout_split, parse_split, random_split
+from neuralgp.datasets.splits import carve_validation, holdout_split, kfold_test, parse_split, random_split
 from neuralgp.datasets.synthetic import step1d_function, step1d_sample
 from neuralgp.errors import DataError
 
@@ -75,11 +75,15 @@ def load(name: str, split: str | None = None, seed: int = 0, root=None, n: int |
         root = readers.data_root(root)
         if family == "uci":
             X, y, masks = readers.read_uci(root, set_name)
-            kind, k = parse_split(split or "random", ("random", "mask", "holdout"))
+            kind, k = parse_split(split or "random", ("random", "mask", "holdout", "kfold"))
             if kind == "random":
                 return _index(name, "random", seed, "regression", X, y, *random_split(len(y), seed))
             if kind == "holdout":
                 return _index(name, split, seed, "regression", X, y, *holdout_split(len(y), seed, *k))
+            if kind == "kfold":
+                test = kfold_test(len(y), k)
+                tr, va = carve_validation(np.setdiff1d(np.arange(len(y)), test), seed)
+                return _index(name, f"kfold:{k}", seed, "regression", X, y, tr, va, test)
             if not 0 <= k < masks.shape[1]:
                 raise DataError(f"{name} has masks 0..{masks.shape[1] - 1}, not {k}")
             tr, va = carve_validation(np.flatnonzero(~masks[:, k]), seed)

@@ -1,5 +1,6 @@
 """Split protocols: ``random`` 70/10/20, ``mask:K`` (fixed 90/10 test masks), ``gal:K`` (index files),
-``holdout:T:V`` (T test and V validation rows, the rest train: FM-GP's 1000/1000 protocol)."""
+``holdout:T:V`` (T test and V validation rows, the rest train: FM-GP's 1000/1000 protocol), ``kfold:K`` (fold K
+of 5-fold cross-validation, the DAK paper's KFold(5, shuffle=True, random_state=10))."""
 
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ def random_split(n: int, seed: int, labels: np.ndarray | None = None, fractions=
     return tuple(rng.permutation(np.concatenate(p)) for p in parts)
 
 
+KFOLDS, KFOLD_SHUFFLE_SEED = 5, 10
+
+
+def kfold_test(n: int, k: int) -> np.ndarray:
+    """Test indices of fold k of scikit-learn's KFold(5, shuffle=True, random_state=10): the same partition for
+    every k, so the five folds' test parts cover every row once."""
+    from sklearn.model_selection import KFold
+    if not 0 <= k < KFOLDS:
+        raise DataError(f"kfold has folds 0..{KFOLDS - 1}, not {k}")
+    return list(KFold(KFOLDS, shuffle=True, random_state=KFOLD_SHUFFLE_SEED).split(np.arange(n)))[k][1]
+
+
 def carve_validation(train_idx: np.ndarray, seed: int):
     """Split fixed training indices into train and validation (seeded)."""
     perm = np.random.default_rng(seed).permutation(train_idx)
@@ -43,7 +56,7 @@ def holdout_split(n: int, seed: int, n_test, n_val):
     return perm[sizes[0] + sizes[1]:], perm[sizes[0]:sizes[0] + sizes[1]], perm[:sizes[0]]
 
 
-ALLOWED_NAMES = {"random": "random", "holdout": "holdout:T:V"}
+ALLOWED_NAMES = {"random": "random", "holdout": "holdout:T:V", "kfold": "kfold:K (K = 0..4)"}
 
 
 def parse_split(split: str, allowed: tuple[str, ...]):

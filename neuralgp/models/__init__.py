@@ -7,10 +7,10 @@ from neuralgp.models.dak import DAKClassifier, DAKRegressor
 from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor, NNGPRegressor
-from neuralgp.models.network import NetworkClassifier
+from neuralgp.models.network import NetworkClassifier, NetworkRegressor
 from neuralgp.models.sklearn_gp import SklearnGPRegressor
 
-__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor", "NNGPRegressor", "NetworkClassifier",
-           "ExactGPRegressor", "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor",
-           "SparseDKLRegressor", "SVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor",
-           "ResourceLimitError"]
+__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
+           "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
+           "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
+           "GPyTorchDBKRegressor", "SklearnGPRegressor", "ResourceLimitError"]

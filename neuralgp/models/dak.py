@@ -221,6 +221,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
                                     self.max_epochs, None, eval_every=self.max_epochs, verbose=self.verbose,
                                     desc="DAK classifier", unit="epoch", max_seconds=self.max_time)
             m.eval()
+        self.n_iter_ = self.train_log_.steps
 
     def predict_latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance (n, C) of the latent class functions f_c(x) under q (before the softmax)."""
@@ -237,9 +238,10 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
         return softmax_samples(mean, var_f, self.n_samples, self.seed)
 
     def _fitted_state(self) -> dict:
-        return {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()}}
+        return {"module": {k: v.cpu() for k, v in self.module_.state_dict().items()}, "n_iter": self.n_iter_}
 
     def _restore(self, state: dict):
         self.module_ = self._new_module(self.n_features_in_, len(self.classes_))
         self.module_.load_state_dict(state["module"])
         self.module_.eval()
+        self.n_iter_ = state["n_iter"]

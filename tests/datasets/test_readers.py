@@ -39,6 +39,17 @@ def test_uci_mask_split_uses_the_fixed_masks():
         datasets.load("uci/yacht", split="mask:10")
 
 
+def test_uci_kfold_split_partitions_the_rows_into_five_test_folds():
+    tests = [datasets.load("uci/yacht", split=f"kfold:{k}", seed=k) for k in range(5)]
+    raw = np.loadtxt(readers.data_root() / "uci/yacht/data.csv.gz", delimiter=",")
+    rows = np.concatenate([np.column_stack([ds.X_test, ds.y_test]) for ds in tests])
+    assert len(rows) == len(raw) and len({tuple(r) for r in rows}) == len({tuple(r) for r in raw})
+    ds = tests[2]
+    assert _disjoint(ds) and len(ds.y_train) + len(ds.y_val) + len(ds.y_test) == len(raw) and len(ds.y_val) > 0
+    with pytest.raises(DataError, match="folds 0..4"):
+        datasets.load("uci/yacht", split="kfold:5")
+
+
 def test_gal_split_follows_index_files():
     ds = datasets.load("gal/yacht", split="gal:1")
     folder = readers.data_root() / "gal/yacht"
