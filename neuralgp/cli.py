@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
     b.add_argument("suite", choices=list(SUITES))
     b.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
-    b.add_argument("--seed", type=int, default=0, help="dbk-speed: seed of the split and the networks")
+    b.add_argument("--seed", type=int, default=0, help="dbk-speed, dak-toy: seed of the data and the networks")
     b.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2,3,4; --quick: 0)")
     b.add_argument("--datasets", default=None, help="comma-separated, e.g. uci/pol,uci/protein")
     b.add_argument("--models", default=None, help="comma-separated row names, e.g. DBK,SVGP")
@@ -218,12 +218,12 @@ def _cmd_predict(args):
 
 
 def _cmd_bench(args):
+    from neuralgp.bench.runner import Suite
     from neuralgp.bench.suites import SUITES
-    from neuralgp.bench.suites.dbk import SpeedSuite, format_speed
     suite = SUITES[args.suite]
-    if isinstance(suite, SpeedSuite):
+    if not isinstance(suite, Suite):  # a timing or a figure (dbk-speed, dak-toy): run, print, write
         result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth)
-        print(json.dumps(result, indent=2) if args.json else format_speed(result))
+        print(json.dumps(result, indent=2) if args.json else suite.format(result))
         return
     split = lambda v: v.split(",") if v else None  # noqa: E731
     out = suite.run(args.out or f"benchmarks/results/{args.suite}" + ("-quick" if args.quick else ""),

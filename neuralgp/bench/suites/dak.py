@@ -3,9 +3,17 @@ classification comparison (Table 3/4's models on the tabular sets this machine h
 
 from __future__ import annotations
 
-from neuralgp.bench.report import METRICS
-from neuralgp.bench.runner import Suite
-from neuralgp.registry import factory
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from neuralgp.bench.report import METRICS, pyplot
+from neuralgp.bench.runner import Suite, environment
+from neuralgp.io import write_atomic
+from neuralgp.metrics import nll, rmse
+from neuralgp.registry import build, factory
 
 # Table 2 (mean ± std over 5 folds, batch 512; RMSE in the data files' units; NLPD as the paper computed it, every
 # variance + 0.693, spec §5.2.3; training seconds per fold on an 8-core M1): dataset | row | RMSE | NLPD | s
@@ -109,7 +117,89 @@ def kfold(dataset: str, seed: int) -> str:
     return f"kfold:{seed}"
 
 
+# §5.1's toy: a GP draw (SE kernel, lengthscale 1) with noise 0.4·N(0, 1) (the paper's notebook), 20 training
+# points on [−7, 7], 100 test points on [−12, 12]; every model full batch, lr 0.01, 1000 steps
+TOY_MODELS = {
+    "DAK": ("dak", dict(n_projections=2, grid_level=5, lr=0.01, batch_size=20, max_epochs=1000, mc_samples=4,
+                        validation_fraction=0.0)),
+    "exact GP": ("gp", dict(lr=0.01, max_iter=1000)),
+    "NN": ("network", dict(lr=0.01, batch_size=20, max_epochs=1000)),
+}
+
+
+def toy_data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.uniform(-7, 7, 20), np.linspace(-12, 12, 100)])
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + 1e-8 * np.eye(len(x))
+    f = np.linalg.cholesky(K) @ rng.standard_normal(len(x))
+    y = f + 0.4 * rng.standard_normal(len(x))
+    return x[:20, None], y[:20], x[20:, None], y[20:], f[20:]
+
+
+def dak_toy(seed: int = 0) -> dict:
+    """Fit the three models of Figure 2 on the toy and score them on the test grid (inside and outside the data)."""
+    X, y, Xs, ys, fs = toy_data(seed)
+    out = {"seed": seed, "x_train": X[:, 0].tolist(), "y_train": y.tolist(), "x_test": Xs[:, 0].tolist(),
+           "f_test": fs.tolist(), "models": {}}
+    outside = np.abs(Xs[:, 0]) > 7
+    for row, (name, params) in TOY_MODELS.items():
+        model = build(name, seed=seed, verbose=False, **params).fit(X, y)
+        mean, std = model.predict(Xs, return_std=True)
+        out["models"][row] = {"mean": mean.tolist(), "std": std.tolist(), "rmse": rmse(ys, mean),
+                              "nll": nll(ys, mean, std), "nll_inside": nll(ys[~outside], mean[~outside],
+                                                                         std[~outside]),
+                              "nll_outside": nll(ys[outside], mean[outside], std[outside]),
+                              "std_inside": float(std[~outside].mean()), "std_outside": float(std[outside].mean())}
+    return out
+
+
+def format_toy(res: dict) -> str:
+    lines = [f"dak-toy (seed {res['seed']}): test NLL inside / outside the training range [−7, 7], mean predictive "
+             f"std inside / outside"]
+    for row, m in res["models"].items():
+        lines.append(f"  {row:9s} RMSE {m['rmse']:.3f}  NLL {m['nll_inside']:.3f} / {m['nll_outside']:.3f}  "
+                     f"std {m['std_inside']:.3f} / {m['std_outside']:.3f}")
+    return "\n".join(lines)
+
+
+def toy_figure(res: dict, path: Path):
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(res["models"]), figsize=(4 * len(res["models"]), 3.2), sharey=True)
+    xs = np.array(res["x_test"])
+    for ax, (row, m) in zip(axes, res["models"].items()):
+        mean, std = np.array(m["mean"]), np.array(m["std"])
+        ax.fill_between(xs, mean - 2 * std, mean + 2 * std, alpha=0.25, label="±2σ")
+        ax.plot(xs, res["f_test"], "k--", lw=1, label="true f")
+        ax.plot(xs, mean, lw=1.5, label="mean")
+        ax.plot(res["x_train"], res["y_train"], "o", ms=3, color="C3", label="train")
+        ax.axvspan(-12, -7, color="0.9", zorder=0)
+        ax.axvspan(7, 12, color="0.9", zorder=0)
+        ax.set_title(f"{row}: NLL {m['nll']:.2f}")
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+@dataclass
+class ToySuite:
+    """``dak-toy``: a figure, not a table; ``run`` writes ``OUT/dak-toy.json`` and ``OUT/dak-toy.png``."""
+
+    name: str = "dak-toy"
+
+    def run(self, out, seed: int = 0, **_) -> dict:
+        result = {**dak_toy(seed), **{k: v for k, v in environment().items() if k in ("commit", "command")}}
+        out = Path(out or "benchmarks/results/dak-toy")
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "dak-toy.json", lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"))
+        toy_figure(result, out / "dak-toy.png")
+        return result
+
+    format = staticmethod(format_toy)
+
+
 SUITES = [
+    ToySuite(),
     Suite(
         "dak-table2", TABLE2_MODELS, ["uci/gas", "uci/parkinsons", "uci/wine", "uci/kin40k", "uci/protein",
                                       "uci/keggdirected"], METRICS,

@@ -112,6 +112,10 @@ class SpeedSuite:
                          lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
         return result
 
+    @staticmethod
+    def format(result: dict) -> str:
+        return format_speed(result)
+
 
 SUITES = [
     Suite("dbk-table1", TABLE1_MODELS, TABLE1_SETS, GROUPED, paper=dbk_table1, groups=[EXACT_ROWS, SVI_ROWS],
