@@ -65,6 +65,26 @@ class ResNetMLP(nn.Module):
         return self.out(h)
 
 
+class ImageCNN(nn.Module):
+    """Square one-channel images given as flat rows of side² pixels (digits: 8 × 8 = 64 columns) → two 3×3
+    convolutions (16, 32 channels, ReLU) → 2×2 max-pooling → a linear layer to ``out_dim``: a small CNN for the
+    DAK paper's image experiments at the scale this machine has (the paper's MNIST CNN, scaled to 8 × 8)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        side = math.isqrt(in_dim)
+        if side * side != in_dim or side < 2:
+            raise ValueError(f"the CNN backbone takes square one-channel images as rows of side² pixels; {in_dim} "
+                             f"columns is not a square (use an MLP backbone for tabular data)")
+        self.side = side
+        self.conv = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1),
+                                  nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+        self.out = nn.Linear(32 * (side // 2) ** 2, out_dim)
+
+    def forward(self, x):
+        return self.out(self.conv(x.reshape(-1, 1, self.side, self.side)))
+
+
 BACKBONES = {"mlp": MLP, "resnet": ResNetMLP}
 
 

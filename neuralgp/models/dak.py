@@ -25,7 +25,7 @@ from torch import nn
 
 from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
 from neuralgp.features.grid import KERNELS, MAX_LEVEL
-from neuralgp.features.networks import ACTIVATIONS
+from neuralgp.features.networks import ACTIVATIONS, ImageCNN
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
@@ -43,7 +43,7 @@ LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in
 
 
 # what the regressor and the classifier share: the grid, the feature map and its rules
-FEATURE_RULES = {"n_projections": POSITIVE_INT, "grid_level": LEVEL, "lengthscale": POSITIVE,
+FEATURE_RULES = {"backbone": one_of("mlp", "cnn"), "n_projections": POSITIVE_INT, "grid_level": LEVEL, "lengthscale": POSITIVE,
                  "kernel": one_of(*KERNELS), "hidden": int_tuple(0), "embedding_dim": POSITIVE_INT,
                  "activation": one_of(*ACTIVATIONS), "bias_std": POSITIVE, "mc_samples": POSITIVE_INT, "lr": POSITIVE,
                  "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_epochs": POSITIVE_INT,
@@ -55,7 +55,10 @@ class _DAKFeatures:
         return InducedGrid(self.grid_level, GRID_INTERVAL, self.kernel, self.lengthscale)
 
     def _feature_map(self, in_dim: int) -> AdditiveGridFeatures:
-        net = MLP(in_dim, self.embedding_dim, hidden=tuple(self.hidden), activation=self.activation)
+        if self.backbone == "cnn":
+            net = ImageCNN(in_dim, self.embedding_dim)
+        else:
+            net = MLP(in_dim, self.embedding_dim, hidden=tuple(self.hidden), activation=self.activation)
         return AdditiveGridFeatures(net, self.embedding_dim, self.n_projections, self.grid(), self.bias_std)
 
     def _pretrain(self, features: AdditiveGridFeatures, Xt, targets, n_outputs: int, loss_fn):
@@ -80,7 +83,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     """Deep additive kernel GP regressor (DAK-CF by default; ``inference="mc"`` DAK-MC, ``"exact"`` DAK-exact).
 
     ``n_projections`` P base GPs on a level-``grid_level`` grid (M = 2^L − 1 points on (0, 1)) with a
-    ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P. The noise σ²
+    ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P
+    (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused). The noise σ²
     is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE for
     ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D).
 
@@ -96,7 +100,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
                    "recalibration": BOOL}
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=1.0, kernel="laplace", inference="closed_form",
-                 hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3, weight_decay=5e-4,
+                 backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3, weight_decay=5e-4,
                  batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None, max_time=None,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
                  input_scaling="standard", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
@@ -106,6 +110,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         self.lengthscale = lengthscale
         self.kernel = kernel
         self.inference = inference
+        self.backbone = backbone
         self.hidden = hidden
         self.embedding_dim = embedding_dim
         self.activation = activation
@@ -168,7 +173,8 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
 
     param_rules = {**FEATURE_RULES, "n_samples": POSITIVE_INT}
 
-    def __init__(self, n_projections=16, grid_level=3, lengthscale=1.0, kernel="laplace", hidden=(64, 32),
+    def __init__(self, n_projections=16, grid_level=3, lengthscale=1.0, kernel="laplace", backbone="mlp",
+                 hidden=(64, 32),
                  embedding_dim=64, activation="relu", mc_samples=8, n_samples=256, lr=3e-3, weight_decay=5e-4,
                  batch_size=512, max_epochs=100, max_time=None, bias_std=1.0, finetune=False,
                  input_scaling="standard", seed=0, device="cpu", verbose=True):
@@ -176,6 +182,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
         self.grid_level = grid_level
         self.lengthscale = lengthscale
         self.kernel = kernel
+        self.backbone = backbone
         self.hidden = hidden
         self.embedding_dim = embedding_dim
         self.activation = activation

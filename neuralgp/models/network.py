@@ -9,7 +9,7 @@ from torch import nn
 
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP
-from neuralgp.features.networks import ACTIVATIONS, NORMS
+from neuralgp.features.networks import ACTIVATIONS, NORMS, ImageCNN
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.params import COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
@@ -19,15 +19,18 @@ from neuralgp.train import minibatch_epoch, train
 
 @register
 class NetworkClassifier(NeuralGPClassifier):
-    """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm) → C logits, Adam on mini-batch cross-entropy."""
+    """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm; ``backbone="cnn"``: the small image CNN) → C logits, Adam on
+    mini-batch cross-entropy."""
 
-    param_rules = {"hidden": POSITIVE_INT, "depth": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
-                   "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
+    param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": POSITIVE_INT, "depth": POSITIVE_INT,
+                   "activation": one_of(*ACTIVATIONS), "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
                    "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "input_scaling": one_of(*Scaler.KINDS),
                    **COMMON_RULES}
 
-    def __init__(self, hidden=512, depth=2, activation="relu", norm="layer", max_epochs=30, batch_size=256, lr=1e-3,
-                 weight_decay=0.0, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):
+    def __init__(self, backbone="mlp", hidden=512, depth=2, activation="relu", norm="layer", max_epochs=30,
+                 batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, input_scaling="standard", seed=0,
+                 device="cpu", verbose=True):
+        self.backbone = backbone
         self.hidden = hidden
         self.depth = depth
         self.activation = activation
@@ -43,6 +46,8 @@ class NetworkClassifier(NeuralGPClassifier):
         self.verbose = verbose
 
     def _new_net(self, in_dim: int, n_classes: int) -> nn.Module:
+        if self.backbone == "cnn":  # the small image CNN (``hidden``, ``depth``, ``norm`` unused)
+            return ImageCNN(in_dim, n_classes).to(self.device)
         return MLP(in_dim, n_classes, self.hidden, self.depth, self.activation, self.norm).to(self.device)
 
     def _fit_scaled(self, X, labels, C):

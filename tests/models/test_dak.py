@@ -176,3 +176,14 @@ def test_classifier_probabilities_sum_to_one_learn_and_round_trip(tmp_path):
     assert np.allclose(loaded.predict_proba(X[250:]), proba)
     with pytest.raises(InputError, match="not in y"):
         model.calibrate_temperature(X[:3], np.array(["a", "b", "z"]))
+
+
+def test_cnn_backbone_on_square_images_and_a_clear_error_otherwise():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 16, (120, 64))
+    y = (X[:, :32].mean(1) > X[:, 32:].mean(1)).astype(int)
+    for model in (ng.DAKClassifier(backbone="cnn", n_projections=4, embedding_dim=8, max_epochs=3, verbose=False),
+                  ng.NetworkClassifier(backbone="cnn", max_epochs=3, verbose=False)):
+        assert model.fit(X, y).predict_proba(X[:5]).shape == (5, 2)
+    with pytest.raises(ValueError, match="not a square"):
+        ng.DAKRegressor(backbone="cnn", **SMALL).fit(*_data(30))
