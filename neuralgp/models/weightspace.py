@@ -12,7 +12,7 @@ from torch import nn
 
 from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
 from neuralgp.metrics import mean_z2, nll
-from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.models.base import MIN_RECALIBRATION_POINTS, NeuralGPRegressor
 from neuralgp.posterior import ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, make_weight_posterior
 from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
@@ -90,7 +90,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
         mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
         std = np.sqrt(var_y)
-        if self.recalibration:
+        if self.recalibration and len(y_val) >= MIN_RECALIBRATION_POINTS:
             std = std * np.sqrt(mean_z2(y_val, mean, std))
         return nll(y_val, mean, std)
 

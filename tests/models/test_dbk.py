@@ -229,6 +229,13 @@ def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
     assert unscaled.variance_scale == 1.0
 
 
+def test_too_few_validation_points_leave_the_variances_unscaled():
+    X, y = toy(40)
+    model = DBKRegressor(**SMALL).fit(X[:31], y[:31], X[31:], y[31:])  # 9 validation points: no usable α
+    assert model.variance_scale == 1.0
+    assert DBKRegressor(**SMALL).fit(X[:30], y[:30], X[30:], y[30:]).variance_scale != 1.0  # 10 points: scaled
+
+
 def test_recalibrated_validation_nll_selects_what_fit_returns():
     X, y = toy(150)
     model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10}).fit(X, y)
