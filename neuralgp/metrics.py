@@ -52,12 +52,33 @@ def mean_z2(y, mean, std) -> float:
     return float(np.mean(((y - mean) / std) ** 2))
 
 
+def qice(y, mean, std, n_bins: int = 10) -> float:
+    """Quantile interval coverage error in percent (CARD; two-stage GPR paper): the PIT values Φ((y − mean)/std) fall
+    into ``n_bins`` equal bins of [0, 1]; QICE = 100 · (1/M) Σ_m |r_m − 1/M| with r_m the fraction in bin m.
+    0 for calibrated predictions; at most 100 · 2(M − 1)/M² (all points in one bin)."""
+    y, mean, std = _regression_inputs(y, mean, std)
+    pit = ndtr((y - mean) / std)
+    counts = np.bincount(np.minimum((pit * n_bins).astype(int), n_bins - 1), minlength=n_bins)
+    return float(100 * np.mean(np.abs(counts / len(y) - 1 / n_bins)))
+
+
+def hc_lc_rmse(y, mean, std, q: float = 0.1) -> tuple[float, float]:
+    """RMSE of the 100q % most confident test points (std ≤ its q-quantile) and of the 100q % least confident
+    (std > its (1 − q)-quantile; two-stage GPR paper §6.2). Good uncertainty gives HC < LC. The actual group
+    sizes are the divisors (at least one point each)."""
+    y, mean, std = _regression_inputs(y, mean, std)
+    order = np.argsort(std, kind="stable")
+    k = max(1, int(round(q * len(y))))
+    return rmse(y[order[:k]], mean[order[:k]]), rmse(y[order[-k:]], mean[order[-k:]])
+
+
 def regression_report(y, mean, std) -> dict:
     """All regression metrics in one dict (the keys the CLI and benchmarks print)."""
+    hc, lc = hc_lc_rmse(y, mean, std)
     return {"mae": mae(y, mean), "rmse": rmse(y, mean), "mse": rmse(y, mean) ** 2, "nll": nll(y, mean, std),
             "crps": crps(y, mean, std), "coverage_50": coverage(y, mean, std, 0.5),
             "coverage_90": coverage(y, mean, std, 0.9), "coverage_95": coverage(y, mean, std, 0.95),
-            "mean_z2": mean_z2(y, mean, std)}
+            "mean_z2": mean_z2(y, mean, std), "qice": qice(y, mean, std), "hc_rmse": hc, "lc_rmse": lc}
 
 
 def _classification_inputs(y, proba):

@@ -69,3 +69,27 @@ def test_ece_brute_force():
     assert metrics.ece(LABELS, P) == pytest.approx(total)
     perfect = np.eye(3)[LABELS]
     assert metrics.ece(LABELS, perfect) == 0.0 and metrics.brier(LABELS, perfect) == 0.0
+
+
+def test_qice_on_hand_made_pit_values():
+    from scipy.special import ndtri
+    pit = np.array([0.15, 0.25, 0.35, 0.95])  # away from the bin edges
+    y = ndtri(pit) * 2.0 + 1.0  # mean 1, std 2
+    # M = 2: bins [0, .5) and [.5, 1] hold 3 and 1 points: (|3/4 − 1/2| + |1/4 − 1/2|) / 2 = 0.25
+    assert metrics.qice(y, np.ones(4), 2 * np.ones(4), n_bins=2) == pytest.approx(25.0)
+    assert metrics.qice(y, np.ones(4), 2 * np.ones(4), n_bins=10) == pytest.approx(100 * (4 * 0.15 + 6 * 0.1) / 10)
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(200_000)
+    assert metrics.qice(z, np.zeros_like(z), np.ones_like(z)) < 0.3  # calibrated: near 0
+    assert metrics.qice(z, z - 10, np.ones_like(z)) == pytest.approx(18.0)  # all in one bin: 100 · 2(M−1)/M²
+    assert metrics.qice(z, np.zeros_like(z), 100 * np.ones_like(z)) == pytest.approx(16.0, abs=0.1)  # two middle bins
+
+
+def test_hc_lc_rmse_groups_by_predicted_std():
+    y = np.zeros(20)
+    std = np.arange(1, 21, dtype=float)
+    mean = std * 0.1  # errors grow with the std: confident points are the accurate ones
+    hc, lc = metrics.hc_lc_rmse(y, mean, std, q=0.1)  # 2 points each
+    assert hc == pytest.approx(np.sqrt((0.1 ** 2 + 0.2 ** 2) / 2)) and lc == pytest.approx(np.sqrt((1.9 ** 2 + 2.0 ** 2) / 2))
+    report = metrics.regression_report(y, mean, std)
+    assert report["hc_rmse"] == hc and report["lc_rmse"] == lc and "qice" in report

@@ -1,0 +1,111 @@
+"""Kernel ridge regression, the two-stage mean model: scikit-learn's KernelRidge on Gram matrices of the registry's
+GPyTorch kernels, its regulariser, kernel and lengthscale chosen by K-fold cross-validation (the paper's App. F.1
+grid), and KRRNN — kernel ridge on each test point's w nearest training neighbours (Algorithm 6), batched."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.kernel_ridge import KernelRidge
+from sklearn.model_selection import GridSearchCV, KFold
+from sklearn.neighbors import NearestNeighbors
+
+from neuralgp.kernels import make_kernel
+
+ALPHAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # App. F.1
+KERNEL_NAMES = ("rbf", "matern32", "matern12")
+LENGTH_SCALE_FACTORS = (0.25, 0.5, 1.0, 2.0)  # times the median pairwise distance
+CV_MAX_ROWS = 2000  # the search runs on a random subsample of at most this many rows; the final fit on all
+
+
+def gram(kernel: str, length_scale: float, A, B=None) -> np.ndarray:
+    """k(A, B) of the registry's kernel with unit output scale, float64; A and B may carry a leading batch axis
+    ((b, n, d) and (b, m, d) give (b, n, m))."""
+    k = make_kernel(kernel, lengthscale=length_scale).double()
+    k.outputscale = 1.0
+    A = torch.as_tensor(np.asarray(A, dtype=np.float64))
+    B = A if B is None else torch.as_tensor(np.asarray(B, dtype=np.float64))
+    with torch.no_grad():
+        return k(A, B).to_dense().numpy()
+
+
+def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
+    """Median Euclidean distance between distinct rows (of a random subsample of at most ``max_rows``)."""
+    X = np.asarray(X, dtype=np.float64)
+    if len(X) > max_rows:
+        X = X[np.random.default_rng(seed).choice(len(X), max_rows, replace=False)]
+    d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))[np.triu_indices(len(X), 1)]
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else 1.0
+
+
+class KernelRidgeCV(RegressorMixin, BaseEstimator):
+    """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
+    times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. Fitted: ``kernel_``,
+    ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}."""
+
+    def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS, cv=5, seed=0):
+        self.kernels = kernels
+        self.alphas = alphas
+        self.length_scales = length_scales
+        self.cv = cv
+        self.seed = seed
+
+    def fit(self, X, y):
+        X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        rng = np.random.default_rng(self.seed)
+        rows = rng.choice(len(y), CV_MAX_ROWS, replace=False) if len(y) > CV_MAX_ROWS else np.arange(len(y))
+        scale = median_distance(X[rows], self.seed)
+        folds = KFold(min(int(self.cv), len(rows)), shuffle=True, random_state=self.seed)
+        self.cv_mse_ = {}
+        for kernel in self.kernels:
+            for factor in self.length_scales:
+                K = gram(kernel, factor * scale, X[rows])
+                search = GridSearchCV(KernelRidge(kernel="precomputed"), {"alpha": list(self.alphas)}, cv=folds,
+                                      scoring="neg_mean_squared_error").fit(K, y[rows])
+                for alpha, score in zip(search.cv_results_["param_alpha"], search.cv_results_["mean_test_score"]):
+                    self.cv_mse_[(kernel, factor * scale, float(alpha))] = -float(score)
+        self.kernel_, self.length_scale_, self.alpha_ = min(self.cv_mse_, key=self.cv_mse_.get)
+        self.ridge_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
+            gram(self.kernel_, self.length_scale_, X), y)
+        self.X_fit_ = X
+        return self
+
+    def predict(self, X):
+        return self.ridge_.predict(gram(self.kernel_, self.length_scale_, np.asarray(X, dtype=np.float64),
+                                        self.X_fit_))
+
+
+class KRRNNRegressor(RegressorMixin, BaseEstimator):
+    """KRRNN: at each point, kernel ridge (``kernel``, ``length_scale``, λ = ``alpha``) on its ``n_neighbors``
+    nearest training rows; ``exclude_self`` leaves a training point out of its own neighbourhood (leave-one-out
+    residuals, the spec's choice for Algorithm 6 line 3). Solved in batches of ``batch_size`` points."""
+
+    def __init__(self, kernel="rbf", length_scale=1.0, alpha=1e-3, n_neighbors=50, batch_size=1024):
+        self.kernel = kernel
+        self.length_scale = length_scale
+        self.alpha = alpha
+        self.n_neighbors = n_neighbors
+        self.batch_size = batch_size
+
+    def fit(self, X, y):
+        if int(self.n_neighbors) < 1:
+            raise ValueError(f"n_neighbors must be >= 1, got {self.n_neighbors}")
+        self.X_fit_, self.y_fit_ = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        self.index_ = NearestNeighbors(n_neighbors=min(int(self.n_neighbors) + 1, len(self.y_fit_))).fit(self.X_fit_)
+        return self
+
+    def predict(self, X, exclude_self: bool = False):
+        X = np.asarray(X, dtype=np.float64)
+        w = min(int(self.n_neighbors), len(self.y_fit_) - int(exclude_self))
+        out = np.empty(len(X))
+        for start in range(0, len(X), int(self.batch_size)):
+            Xb = X[start:start + int(self.batch_size)]
+            idx = self.index_.kneighbors(Xb, n_neighbors=w + int(exclude_self), return_distance=False)
+            idx = idx[:, 1:] if exclude_self else idx  # the point itself is its own nearest neighbour
+            XN, yN = self.X_fit_[idx], self.y_fit_[idx]  # (b, w, d), (b, w)
+            K = gram(self.kernel, self.length_scale, XN) + self.alpha * np.eye(w)
+            k_star = gram(self.kernel, self.length_scale, Xb[:, None, :], XN)[:, 0, :]  # (b, w)
+            out[start:start + len(Xb)] = (k_star * np.linalg.solve(K, yN[..., None])[..., 0]).sum(-1)
+        return out

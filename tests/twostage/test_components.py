@@ -1,0 +1,97 @@
+"""Two-stage GPR components: farthest-point sampling, kernel ridge with cross-validation, KRRNN."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from sklearn.gaussian_process.kernels import RBF, Matern
+from sklearn.kernel_ridge import KernelRidge
+from sklearn.neighbors import NearestNeighbors
+
+from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, farthest_point_sampling, gram
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((150, 3))
+y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(150)
+
+
+def test_fps_picks_the_farthest_points_of_a_hand_made_set():
+    line = np.array([[0.0], [1.0], [2.0], [10.0]])  # centroid 3.25: nearest is 2; then 10; then 0 (2 from 2)
+    assert farthest_point_sampling(line, 4).tolist() == [2, 3, 0, 1]
+    picks = farthest_point_sampling(X, 30, start="random", seed=3)
+    assert len(set(picks.tolist())) == 30
+    for i in range(1, 30):  # each new point maximises the distance to those before it (brute force)
+        d = np.min(((X[:, None] - X[picks[:i]][None]) ** 2).sum(-1), axis=1)
+        assert d[picks[i]] == pytest.approx(d.max())
+    with pytest.raises(ValueError, match="k must be"):
+        farthest_point_sampling(X, 151)
+    with pytest.raises(ValueError, match="start"):
+        farthest_point_sampling(X, 3, start="middle")
+
+
+def test_fps_memory_is_linear_in_n():
+    big = np.random.default_rng(1).standard_normal((200_000, 2))
+    tracemalloc.start()
+    farthest_point_sampling(big, 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 12 * big.nbytes  # a few length-n vectors, never n × k or n × n
+
+
+@pytest.mark.parametrize("name,reference", [("rbf", RBF(0.7)), ("matern12", Matern(0.7, nu=0.5)),
+                                            ("matern32", Matern(0.7, nu=1.5))])
+def test_gram_is_the_registry_kernel(name, reference):
+    assert np.allclose(gram(name, 0.7, X[:40], X[40:90]), reference(X[:40], X[40:90]), atol=1e-8)
+
+
+def test_kernel_ridge_equals_scikit_learn_kernel_ridge():
+    alpha = 1e-2
+    ours = KernelRidgeCV(kernels=("rbf",), alphas=(alpha,), length_scales=(1.0,)).fit(X, y)
+    ls = ours.length_scale_  # 1 × the median distance
+    ref = KernelRidge(alpha=alpha, kernel="rbf", gamma=1 / (2 * ls ** 2)).fit(X, y)
+    assert np.allclose(ours.predict(X[:20]), ref.predict(X[:20]), atol=1e-7)
+
+
+def test_kernel_ridge_cross_validation_records_every_candidate():
+    model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), cv=3).fit(X, y)
+    assert len(model.cv_mse_) == 3 * 2 * 2
+    assert model.cv_mse_[(model.kernel_, model.length_scale_, model.alpha_)] == min(model.cv_mse_.values())
+    assert np.sqrt(np.mean((model.predict(X) - y) ** 2)) < 0.5 * y.std()
+
+
+def test_krrnn_is_kernel_ridge_on_each_neighbourhood():
+    model = KRRNNRegressor(kernel="matern32", length_scale=1.2, alpha=1e-2, n_neighbors=25, batch_size=7).fit(X, y)
+    queries = rng.standard_normal((10, 3))
+    neighbours = NearestNeighbors(n_neighbors=25).fit(X).kneighbors(queries, return_distance=False)
+    direct = [KernelRidge(alpha=1e-2, kernel="precomputed").fit(gram("matern32", 1.2, X[i]), y[i])
+              .predict(gram("matern32", 1.2, q[None], X[i]))[0] for q, i in zip(queries, neighbours)]
+    assert np.allclose(model.predict(queries), direct, atol=1e-10)
+    loo = model.predict(X[:5], exclude_self=True)  # a training point left out of its own neighbourhood
+    neighbours = NearestNeighbors(n_neighbors=26).fit(X).kneighbors(X[:5], return_distance=False)[:, 1:]
+    direct = [KernelRidge(alpha=1e-2, kernel="precomputed").fit(gram("matern32", 1.2, X[i]), y[i])
+              .predict(gram("matern32", 1.2, X[[j]], X[i]))[0] for j, i in enumerate(neighbours)]
+    assert np.allclose(loo, direct, atol=1e-10)
+    with pytest.raises(ValueError, match="n_neighbors"):
+        KRRNNRegressor(n_neighbors=0).fit(X, y)
+
+
+def test_kernel_search_scores_the_true_kernel_of_an_rbf_sample_highest_or_near():
+    """The spec's check (not a claim of the paper): the true kernel's score is the highest or within 0.02 of it.
+    Not asserted for Matérn-1/2 samples: there the search preferred RBF in 3 of 4 seeds (docs/methods/twostage.md)."""
+    from neuralgp.twostage import automatic_kernel_search
+    gen = np.random.default_rng(0)
+    Xs = gen.uniform(0, 5, (600, 1))
+    ys = np.linalg.cholesky(RBF(1.0)(Xs) + 1e-8 * np.eye(600)) @ gen.standard_normal(600)
+    best, scores = automatic_kernel_search(Xs, ys + 0.1 * gen.standard_normal(600), repeats=6, subsample=300)
+    assert set(scores) == {"rbf", "matern32", "matern12"} and all(0 <= s <= 1 for s in scores.values())
+    assert scores["rbf"] >= max(scores.values()) - 0.02 and scores["matern12"] < scores["rbf"]
+
+
+def test_delta_test_errors_and_decision():
+    from neuralgp.twostage import delta_ratio_test
+    with pytest.raises(ValueError, match="unknown kernel"):
+        delta_ratio_test(X, y, "cosine")
+    with pytest.raises(ValueError, match="model"):
+        delta_ratio_test(X, y, "rbf", model="svm")
+    result = delta_ratio_test(X, y, "rbf", model="krr", repeats=2, subsample=100)
+    assert len(result.fractions) == 2 and result.rejected == (result.score < 0.95)
