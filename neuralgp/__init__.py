@@ -6,11 +6,11 @@ from neuralgp.io import load
 from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor,
                              FMGPClassifier, FMGPRegressor, GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier,
                              NetworkRegressor, NNGPRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor,
-                             SVDKLRegressor, SVGPClassifier, SVGPRegressor)
+                             SVDKLRegressor, SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
 
 __version__ = "0.2.0"
 __all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor", "SparseDKLRegressor",
-           "SVDKLRegressor", "GPyTorchDBKRegressor", "load", "datasets", "metrics", "NeuralGPError", "InputError",
-           "DataError", "ModelFileError", "NotFittedError", "__version__"]
+           "SVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets", "metrics",
+           "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

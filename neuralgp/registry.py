@@ -10,9 +10,10 @@ import inspect
 from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
-from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, NetworkClassifier, NetworkRegressor, DKLRegressor, ExactGPRegressor, FMGPClassifier, FMGPRegressor,
-                             GPnnRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
-                             SVGPClassifier, SVGPRegressor)
+from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor,
+                             FMGPClassifier, FMGPRegressor, GPnnRegressor, NetworkClassifier, NetworkRegressor,
+                             SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
+                             SVGPRegressor, TwoStageGPRegressor)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ ESTIMATORS = {
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
     "svdkl": Entry("GPyTorch deep kernel learning with SVGP", SVDKLRegressor),
+    "twostage": Entry("two-stage GP: kernel-ridge mean, exact GP variance on cross-fitted residuals, kernel search, "
+                      "subsample warm start", TwoStageGPRegressor),
     "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
                      NetworkRegressor, NetworkClassifier),
     "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",

@@ -41,6 +41,7 @@ ESTIMATORS = [
     ng.GPyTorchDBKRegressor(max_iter=50, hidden=16, feature_dim=8, lr=0.01, **PEER),
     ng.SVGPClassifier(max_epochs=60, num_inducing=16, lr=0.05, verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
+    ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False),
 ]
 
 EXPECTED_FAILURES = {

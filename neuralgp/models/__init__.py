@@ -9,8 +9,9 @@ from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor, NNGPRegressor
 from neuralgp.models.network import NetworkClassifier, NetworkRegressor
 from neuralgp.models.sklearn_gp import SklearnGPRegressor
+from neuralgp.models.twostage import TwoStageGPRegressor
 
 __all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
-           "GPyTorchDBKRegressor", "SklearnGPRegressor", "ResourceLimitError"]
+           "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor", "ResourceLimitError"]

@@ -43,7 +43,7 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
 class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. Fitted: ``kernel_``,
-    ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}."""
+    ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, ``dual_coef_``, ``X_fit_``."""
 
     def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS, cv=5, seed=0):
         self.kernels = kernels
@@ -67,14 +67,14 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
                 for alpha, score in zip(search.cv_results_["param_alpha"], search.cv_results_["mean_test_score"]):
                     self.cv_mse_[(kernel, factor * scale, float(alpha))] = -float(score)
         self.kernel_, self.length_scale_, self.alpha_ = min(self.cv_mse_, key=self.cv_mse_.get)
-        self.ridge_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
-            gram(self.kernel_, self.length_scale_, X), y)
+        self.dual_coef_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
+            gram(self.kernel_, self.length_scale_, X), y).dual_coef_
         self.X_fit_ = X
         return self
 
     def predict(self, X):
-        return self.ridge_.predict(gram(self.kernel_, self.length_scale_, np.asarray(X, dtype=np.float64),
-                                        self.X_fit_))
+        """k(X, X_fit) · dual coefficients, as ``KernelRidge.predict``."""
+        return gram(self.kernel_, self.length_scale_, np.asarray(X, dtype=np.float64), self.X_fit_) @ self.dual_coef_
 
 
 class KRRNNRegressor(RegressorMixin, BaseEstimator):

@@ -1,0 +1,73 @@
+"""Two-stage GPR: the variance model carries only hyper-parameters and kernel, warm starts, the zero-mean case, the
+estimator end to end, persistence and bad input (issue 16 §5)."""
+
+import gpytorch
+import numpy as np
+import pytest
+import torch
+from sklearn.dummy import DummyRegressor
+
+import neuralgp as ng
+from neuralgp.errors import ParameterError
+from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, predictive_variance
+
+rng = np.random.default_rng(0)
+X = rng.uniform(-3, 3, (120, 2))
+Y = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.3 * rng.standard_normal(120)
+
+
+def test_variance_does_not_depend_on_the_residual_values():
+    model, _ = fit_variance_gp(X, Y - Y.mean(), "matern32", warm_start=None, subsample_steps=20)
+    before = predictive_variance(model, X[:10])[0]
+    model.set_train_data(torch.as_tensor(X), torch.as_tensor(rng.permutation(Y)), strict=False)  # same θ, other y
+    assert np.allclose(predictive_variance(model, X[:10])[0], before, rtol=1e-10)
+
+
+def test_warm_start_from_the_optimum_stays_at_its_likelihood():
+    model, log = fit_variance_gp(X, Y, "rbf", warm_start=None, subsample_steps=300)
+    optimum = log["losses"][-1]
+    restarted = ZeroMeanGP(model.train_inputs[0], model.train_targets,
+                           gpytorch.likelihoods.GaussianLikelihood().double(), "rbf").double()
+    restarted.load_state_dict(model.state_dict())
+    losses = _optimise(restarted, restarted.likelihood, 10, 0.1)  # the full-data phase, from the fitted state
+    assert losses[0] == pytest.approx(optimum, abs=1e-6)  # the same state (one step on), the same loss
+    assert losses[-1] <= optimum + 1e-6 and max(losses) <= optimum + 1e-3  # it does not leave the optimum's level
+
+
+def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
+    zero = DummyRegressor(strategy="constant", constant=0.0)
+    two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample",
+                                 verbose=False).fit(X, Y)
+    plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
+    var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
+    dist = two.predict_dist(X[:15])
+    assert np.allclose(dist["mean"], Y.mean())
+    assert np.allclose(dist["var_y"], (var_f + noise) * Y.std() ** 2, rtol=1e-8)
+
+
+@pytest.mark.parametrize("residuals", ["cross_fit", "in_sample"])
+def test_fit_predict_kernel_search_and_round_trip(residuals, tmp_path):
+    model = ng.TwoStageGPRegressor(residuals=residuals, aks_repeats=2, warm_start=60, verbose=False).fit(X, Y)
+    assert model.kernel_ in ("rbf", "matern32", "matern12") and set(model.kernel_scores_) == {"rbf", "matern32",
+                                                                                              "matern12"}
+    Xt = rng.uniform(-3, 3, (50, 2))
+    mean, std = model.predict(Xt, return_std=True)
+    truth = 2 * Xt[:, 0] + np.sin(3 * Xt[:, 1])
+    assert np.sqrt(np.mean((mean - truth) ** 2)) < 0.5 and np.all(std > 0)
+    loaded = ng.load(model.save(tmp_path / "ts.pt"))
+    m2, s2 = loaded.predict(Xt, return_std=True)
+    assert np.allclose(m2, mean) and np.allclose(s2, std) and loaded.kernel_ == model.kernel_
+
+
+def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
+    a = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="in_sample", verbose=False).fit(X, Y)
+    b = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="cross_fit", verbose=False).fit(X, Y)
+    assert np.mean(b.variance_model_.train_targets.numpy() ** 2) > np.mean(a.variance_model_.train_targets.numpy() ** 2)
+
+
+@pytest.mark.parametrize("params,error,match", [
+    ({"kernel": "cosine"}, ParameterError, "kernel"), ({"mean": "gbm"}, ParameterError, "mean"),
+    ({"residuals": "loo"}, ParameterError, "residuals"), ({"warm_start": 500}, ValueError, "warm_start = 500")])
+def test_bad_parameters_are_clear_errors(params, error, match):
+    with pytest.raises(error, match=match):
+        ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
