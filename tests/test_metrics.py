@@ -90,6 +90,7 @@ def test_hc_lc_rmse_groups_by_predicted_std():
     std = np.arange(1, 21, dtype=float)
     mean = std * 0.1  # errors grow with the std: confident points are the accurate ones
     hc, lc = metrics.hc_lc_rmse(y, mean, std, q=0.1)  # 2 points each
-    assert hc == pytest.approx(np.sqrt((0.1 ** 2 + 0.2 ** 2) / 2)) and lc == pytest.approx(np.sqrt((1.9 ** 2 + 2.0 ** 2) / 2))
+    assert hc == pytest.approx(np.sqrt((0.1 ** 2 + 0.2 ** 2) / 2))
+    assert lc == pytest.approx(np.sqrt((1.9 ** 2 + 2.0 ** 2) / 2))
     report = metrics.regression_report(y, mean, std)
     assert report["hc_rmse"] == hc and report["lc_rmse"] == lc and "qice" in report

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
 from neuralgp.features.grid import KERNELS, MAX_LEVEL
 from neuralgp.features.networks import ACTIVATIONS, ImageCNN
-from neuralgp.datasets.scaling import Scaler
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
@@ -43,14 +43,16 @@ LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in
 
 
 # what the regressor and the classifier share: the grid, the feature map and its rules
-FEATURE_RULES = {"backbone": one_of("mlp", "cnn"), "n_projections": POSITIVE_INT, "grid_level": LEVEL, "lengthscale": POSITIVE,
-                 "kernel": one_of(*KERNELS), "hidden": int_tuple(0), "embedding_dim": POSITIVE_INT,
-                 "activation": one_of(*ACTIVATIONS), "bias_std": POSITIVE, "mc_samples": POSITIVE_INT, "lr": POSITIVE,
-                 "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_epochs": POSITIVE_INT,
-                 "finetune": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+FEATURE_RULES = {"backbone": one_of("mlp", "cnn"), "n_projections": POSITIVE_INT, "grid_level": LEVEL,
+                 "lengthscale": POSITIVE, "kernel": one_of(*KERNELS), "hidden": int_tuple(0),
+                 "embedding_dim": POSITIVE_INT, "activation": one_of(*ACTIVATIONS), "bias_std": POSITIVE,
+                 "mc_samples": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT,
+                 "max_epochs": POSITIVE_INT, "finetune": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
 
 class _DAKFeatures:
+    """The grid, the feature map and fine-tuning's pre-training, for the regressor and the classifier."""
+
     def grid(self) -> InducedGrid:
         return InducedGrid(self.grid_level, GRID_INTERVAL, self.kernel, self.lengthscale)
 
@@ -84,8 +86,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
 
     ``n_projections`` P base GPs on a level-``grid_level`` grid (M = 2^L − 1 points on (0, 1)) with a
     ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P
-    (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused). The noise σ²
-    is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE for
+    (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused).
+    The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE for
     ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D).
 
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
@@ -100,8 +102,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
                    "recalibration": BOOL}
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.1, kernel="laplace", inference="closed_form",
-                 backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3, weight_decay=5e-4,
-                 batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None, max_time=None,
+                 backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
+                 weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None, max_time=None,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
                  input_scaling="standard", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
                  verbose=True):

@@ -23,9 +23,9 @@ class NetworkClassifier(NeuralGPClassifier):
     mini-batch cross-entropy."""
 
     param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": POSITIVE_INT, "depth": POSITIVE_INT,
-                   "activation": one_of(*ACTIVATIONS), "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
-                   "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "input_scaling": one_of(*Scaler.KINDS),
-                   **COMMON_RULES}
+                   "activation": one_of(*ACTIVATIONS), "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT,
+                   "batch_size": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+                   "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, backbone="mlp", hidden=512, depth=2, activation="relu", norm="layer", max_epochs=30,
                  batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, input_scaling="standard", seed=0,

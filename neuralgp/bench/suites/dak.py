@@ -254,7 +254,8 @@ SUITES = [
         split="holdout:1000:1000", task="classification", quick_datasets=["digits"], runs=_extractor_fits,
         note="1000 test and 1000 calibration points (digits: 20 % / 20 %), the rest train; temperature scaling on "
              "the calibration points for every model. Tabular stand-ins for the paper's image sets (no MNIST/CIFAR "
-             "here): the DAK and NN rows share their extractor, a small CNN on digits (8 × 8 images), an MLP (64, 32) on "
+             "here): the DAK and NN rows share their extractor, a small CNN on digits (8 × 8 images), an MLP "
+             "(64, 32) on "
              "the tabular sets. SVGP: GPyTorch SVGP per class on Dirichlet targets, on the inputs (no network).",
         columns=[("error", "error", None), ("nll", "NLL", None), ("ece", "ECE", None),
                  ("train_seconds", "train s", None), ("seconds_per_iteration", "s/epoch", None)]),
