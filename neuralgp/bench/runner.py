@@ -59,7 +59,8 @@ class Suite:
         return run_suite(self, out, **options)
 
 
-QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_epochs": 2, "eval_every": 5})
+QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_epochs": 2, "eval_every": 5,
+                                                          "aks_repeats": 3})
 
 
 def _load(name: str, seed: int, root, split):
