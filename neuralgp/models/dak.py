@@ -91,7 +91,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D).
 
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
-    lengthscale 0.1 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part
+    lengthscale 0.3 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part
     (every 10 epochs, patience 200); docs/methods/dak.md has the measurements. ``dak-table2`` sets the paper's.
     """
 
@@ -101,7 +101,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "validation_fraction": VALIDATION_FRACTION,
                    "recalibration": BOOL}
 
-    def __init__(self, n_projections=16, grid_level=3, lengthscale=0.1, kernel="laplace", inference="closed_form",
+    def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
                  weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None, max_time=None,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
@@ -175,7 +175,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
 
     param_rules = {**FEATURE_RULES, "n_samples": POSITIVE_INT}
 
-    def __init__(self, n_projections=16, grid_level=3, lengthscale=0.1, kernel="laplace", backbone="mlp",
+    def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", backbone="mlp",
                  hidden=(64, 32),
                  embedding_dim=64, activation="relu", mc_samples=8, n_samples=256, lr=3e-3, weight_decay=5e-4,
                  batch_size=512, max_epochs=100, max_time=None, bias_std=1.0, finetune=False,
