@@ -38,11 +38,14 @@ class SavedModel:
 
     def save(self, path):
         """Save everything needed to predict (not the training data, unless the method needs it) to ``path``."""
+        return save_model(self._payload(), path)
+
+    def _payload(self) -> dict:
+        """What ``save`` writes (and ``_from_payload`` reads back): also how a model saves the models it holds."""
         self._check_fitted()
-        payload = {"class": type(self).__name__, "params": self.get_params(deep=False),
-                   "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
-                   **self._payload_extras(), "fitted": self._fitted_state()}
-        return save_model(payload, path)
+        return {"class": type(self).__name__, "params": self.get_params(deep=False),
+                "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
+                **self._payload_extras(), "fitted": self._fitted_state()}
 
     @classmethod
     def _from_payload(cls, payload: dict):

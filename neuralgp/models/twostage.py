@@ -1,11 +1,16 @@
-"""Two-stage GPR (the two-stage paper's Algorithm 7): the predictive mean from kernel ridge regression (λ, kernel
-and lengthscale by cross-validation), the predictive variance from a zero-mean GP fitted to the residuals — its
-kernel found by automatic kernel search (Algorithm 3) or given, its hyper-parameters warm-started on a subsample.
-N(KRR mean, GP variance + noise); the stage-2 GP's own mean is discarded, as in the paper.
+"""Two-stage GPR: the predictive mean from kernel ridge regression (λ, kernel and lengthscale by cross-validation),
+the predictive variance from a zero-mean GP fitted to the residuals — its kernel found by automatic kernel search
+(Algorithm 3) or given. N(mean, GP variance + noise); the stage-2 GP's own mean is discarded, as in the paper.
 
-Residuals: ``"in_sample"`` (the paper: KRR's errors on the points it was fitted to — too small, so the variance GP
-learns too little noise) or ``"cross_fit"`` (K-fold: each point's residual from a KRR with the same
-hyper-parameters that did not see it).
+Exact pipeline (Algorithm 7, ``mean="krr", variance="exact"``): KRR on all rows; the variance GP's
+hyper-parameters warm-started on a subsample. Scalable pipeline (Algorithm 6, ``mean="krrnn", variance="gpnn"``,
+registry ``twostage-nn``): the KRR hyper-parameters chosen on a subsample, each prediction kernel ridge on the w
+nearest training rows (KRRNN); the variance from GPnn (hyper-parameters on random subsets, an exact GP on the w
+nearest residuals). ``variance="svgp"``: GPyTorch's SVGP on the residuals (the paper's suggested alternative).
+
+Residuals: ``"in_sample"`` (the paper: the mean model's errors on the points it was fitted to — too small, so the
+variance GP learns too little noise) or ``"cross_fit"`` (each point's residual from a mean model that did not see
+it: K-fold with the chosen KRR hyper-parameters; for KRRNN leave-one-out, the point left out of its neighbourhood).
 """
 
 from __future__ import annotations
@@ -20,13 +25,17 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.params import BOOL, NONE, POSITIVE_INT, SEED, Rule, integer, one_of
+from neuralgp.models.baselines import SVGPRegressor
+from neuralgp.models.gpnn import GPnnRegressor
+from neuralgp.params import BOOL, NONE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
-from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, gram
+from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor, gram
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_variance
 
-MEAN_MODELS = ("krr",)
+MEAN_MODELS = ("krr", "krrnn")
+VARIANCE_MODELS = ("exact", "gpnn", "svgp")
 CROSS_FIT_FOLDS = 5
+GPNN_ITERATIONS, GPNN_LR = 200, 0.1  # Table 7
 
 
 def _is_regressor(v) -> bool:
@@ -35,27 +44,30 @@ def _is_regressor(v) -> bool:
 
 @register
 class TwoStageGPRegressor(NeuralGPRegressor):
-    """Two-stage GP: ``mean`` = "krr" or any scikit-learn regressor (cloned, fitted to the scaled data);
-    ``variance`` = "exact" (the zero-mean GPyTorch GP); ``kernel`` = "auto" (search over rbf, matern32, matern12
-    with ``aks_repeats`` subsamples) or one of them; ``warm_start`` = m rows for the hyper-parameters' first phase
-    (None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
-    "in_sample".
+    """Two-stage GP: ``mean`` = "krr", "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows) or any
+    scikit-learn regressor (cloned, fitted to the scaled data); ``variance`` = "exact" (the zero-mean GPyTorch GP),
+    "gpnn" (GPnn with ``n_neighbors`` neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at
+    its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one
+    of them; ``warm_start`` = m rows for the exact variance GP's first phase (None or False — scikit-learn's "no
+    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample".
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_``, ``fit_log_``.
     """
 
     param_rules = {"mean": (one_of(*MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
-                   "variance": one_of("exact"), "kernel": one_of("auto", *KERNEL_NAMES),
+                   "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
+                   "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "seed": SEED, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start=200, residuals="cross_fit",
-                 aks_repeats=20, normalize_y=True, input_scaling="standard", seed=0, verbose=True):
+                 n_neighbors=50, aks_repeats=20, normalize_y=True, input_scaling="standard", seed=0, verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
+        self.n_neighbors = n_neighbors
         self.warm_start = warm_start
         self.residuals = residuals
         self.aks_repeats = aks_repeats
@@ -64,15 +76,20 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.seed = seed
         self.verbose = verbose
 
-    def _mean_model(self):
-        return KernelRidgeCV(seed=self.seed) if isinstance(self.mean, str) else clone(self.mean)
+    def _fit_mean(self, X, y):
+        if self.mean == "krrnn":  # hyper-parameters by CV on a subsample, then the neighbourhood index
+            cv = KernelRidgeCV(refit=False, seed=self.seed).fit(X, y)
+            return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, self.n_neighbors).fit(X, y)
+        return (KernelRidgeCV(seed=self.seed) if self.mean == "krr" else clone(self.mean)).fit(X, y)
 
     def _residuals(self, X, y) -> np.ndarray:
+        if self.mean == "krrnn":
+            return y - self.mean_model_.predict(X, exclude_self=self.residuals == "cross_fit")
         if self.residuals == "in_sample":
             return y - self.mean_model_.predict(X)
         out = np.empty_like(y)
         for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
-            if isinstance(self.mean, str):  # the chosen λ, kernel and lengthscale, refitted without the fold
+            if self.mean == "krr":  # the chosen λ, kernel and lengthscale, refitted without the fold
                 m = self.mean_model_
                 ridge = KernelRidge(alpha=m.alpha_, kernel="precomputed").fit(
                     gram(m.kernel_, m.length_scale_, X[train]), y[train])
@@ -85,47 +102,79 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if X_val is not None:  # nothing here stops early or recalibrates: the validation part is training data
             X, y = np.vstack([X, X_val]), np.concatenate([y, y_val])
         warm_start = self.warm_start or None  # False (scikit-learn's convention) means none
-        if warm_start is not None and warm_start > len(y):
+        if self.variance == "exact" and warm_start is not None and warm_start > len(y):
             raise ValueError(f"warm_start = {self.warm_start} is larger than the {len(y)} training rows; use at "
                              f"most {len(y)} or None (full training)")
-        self.mean_model_ = self._mean_model().fit(X, y)
+        self.mean_model_ = self._fit_mean(X, y)
         resid = self._residuals(X, y)
         if self.kernel == "auto":
             self.kernel_, self.kernel_scores_ = automatic_kernel_search(X, resid, model="gp",
                                                                         repeats=self.aks_repeats, seed=self.seed)
         else:
             self.kernel_, self.kernel_scores_ = self.kernel, {}
-        self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed)
+        if self.variance == "exact":
+            self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed)
+        else:  # a library estimator on the (already scaled) residuals, its own scaling off
+            self.variance_model_ = self._variance_estimator().fit(X, resid)
+            self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         return self
+
+    def _variance_estimator(self):
+        scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "verbose": self.verbose}
+        if self.variance == "gpnn":
+            return GPnnRegressor(n_neighbors=self.n_neighbors, kernel=self.kernel_, max_iter=GPNN_ITERATIONS,
+                                 lr=GPNN_LR, validation_fraction=0.0, **scaling)
+        return SVGPRegressor(base_kernel=self.kernel_, **scaling)
 
     def _predict_scaled(self, X):
         mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
-        var_f, noise = predictive_variance(self.variance_model_, X)
-        return mean, var_f, var_f + noise
+        if self.variance == "exact":
+            var_f, noise = predictive_variance(self.variance_model_, X)
+            return mean, var_f, var_f + noise
+        dist = self.variance_model_.predict_dist(X)
+        return mean, dist["var_f"], dist["var_y"]
 
     @property
     def noise_variance_(self) -> float:
         self._check_fitted()
-        return float(self.variance_model_.likelihood.noise.detach()) * self._y_scale ** 2 * self.variance_scale
+        if self.variance == "exact":
+            noise = float(self.variance_model_.likelihood.noise.detach())
+        else:
+            noise = self.variance_model_.noise_variance_
+        return noise * self._y_scale ** 2 * self.variance_scale
 
     def _fitted_state(self) -> dict:
         if not isinstance(self.mean, str):
-            raise NotImplementedError("save() keeps the KRR mean only; a model with a scikit-learn mean regressor "
-                                      "cannot be saved this way (pickle it yourself)")
-        m, gp = self.mean_model_, self.variance_model_
-        return {"krr": {"kernel": m.kernel_, "length_scale": m.length_scale_, "alpha": m.alpha_,
-                        "X": torch.as_tensor(m.X_fit_), "dual_coef": torch.as_tensor(m.dual_coef_)},
-                "gp": {"kernel": self.kernel_, "X": gp.train_inputs[0], "r": gp.train_targets,
-                       "state": gp.state_dict()}, "kernel_scores": self.kernel_scores_}
+            raise NotImplementedError("save() keeps a KRR or KRRNN mean only; a model with a scikit-learn mean "
+                                      "regressor cannot be saved this way (pickle it yourself)")
+        m = self.mean_model_
+        if self.mean == "krr":
+            mean = {"kernel": m.kernel_, "length_scale": m.length_scale_, "alpha": m.alpha_,
+                    "X": torch.as_tensor(m.X_fit_), "dual_coef": torch.as_tensor(m.dual_coef_)}
+        else:
+            mean = {"params": m.get_params(), "X": torch.as_tensor(m.X_fit_), "y": torch.as_tensor(m.y_fit_)}
+        if self.variance == "exact":
+            gp = self.variance_model_
+            variance = {"X": gp.train_inputs[0], "r": gp.train_targets, "state": gp.state_dict()}
+        else:
+            variance = self.variance_model_._payload()
+        return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_}
 
     def _restore(self, state: dict):
-        k = state["krr"]
-        m = KernelRidgeCV(seed=self.seed)
-        m.kernel_, m.length_scale_, m.alpha_, m.X_fit_ = k["kernel"], k["length_scale"], k["alpha"], k["X"].numpy()
-        m.dual_coef_ = k["dual_coef"].numpy()
-        self.mean_model_ = m
-        g = state["gp"]
-        gp = ZeroMeanGP(g["X"], g["r"], gpytorch.likelihoods.GaussianLikelihood().double(), g["kernel"]).double()
-        gp.load_state_dict(g["state"])
-        gp.eval()
-        self.variance_model_, self.kernel_, self.kernel_scores_ = gp, g["kernel"], state["kernel_scores"]
+        k = state["mean"]
+        if self.mean == "krr":
+            m = KernelRidgeCV(seed=self.seed)
+            m.kernel_, m.length_scale_, m.alpha_ = k["kernel"], k["length_scale"], k["alpha"]
+            m.X_fit_, m.dual_coef_ = k["X"].numpy(), k["dual_coef"].numpy()
+        else:
+            m = KRRNNRegressor(**k["params"]).fit(k["X"].numpy(), k["y"].numpy())
+        self.mean_model_, self.kernel_, self.kernel_scores_ = m, state["kernel"], state["kernel_scores"]
+        g = state["variance"]
+        if self.variance == "exact":
+            gp = ZeroMeanGP(g["X"], g["r"], gpytorch.likelihoods.GaussianLikelihood().double(), self.kernel_).double()
+            gp.load_state_dict(g["state"])
+            gp.eval()
+            self.variance_model_ = gp
+        else:
+            cls = GPnnRegressor if self.variance == "gpnn" else SVGPRegressor
+            self.variance_model_ = cls._from_payload(g)

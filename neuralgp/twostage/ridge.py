@@ -43,13 +43,17 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
 class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. Fitted: ``kernel_``,
-    ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, ``dual_coef_``, ``X_fit_``."""
+    ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, and with ``refit`` (the
+    final O(n³) fit on all rows) ``dual_coef_`` and ``X_fit_``; ``refit=False`` only chooses the hyper-parameters
+    (what KRRNN needs)."""
 
-    def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS, cv=5, seed=0):
+    def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS, cv=5, refit=True,
+                 seed=0):
         self.kernels = kernels
         self.alphas = alphas
         self.length_scales = length_scales
         self.cv = cv
+        self.refit = refit
         self.seed = seed
 
     def fit(self, X, y):
@@ -67,6 +71,8 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
                 for alpha, score in zip(search.cv_results_["param_alpha"], search.cv_results_["mean_test_score"]):
                     self.cv_mse_[(kernel, factor * scale, float(alpha))] = -float(score)
         self.kernel_, self.length_scale_, self.alpha_ = min(self.cv_mse_, key=self.cv_mse_.get)
+        if not self.refit:
+            return self
         self.dual_coef_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
             gram(self.kernel_, self.length_scale_, X), y).dual_coef_
         self.X_fit_ = X

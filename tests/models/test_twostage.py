@@ -65,8 +65,34 @@ def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
     assert np.mean(b.variance_model_.train_targets.numpy() ** 2) > np.mean(a.variance_model_.train_targets.numpy() ** 2)
 
 
+@pytest.mark.parametrize("variance", ["gpnn", "svgp"])
+def test_scalable_pipeline_fits_predicts_and_round_trips(variance, tmp_path):
+    model = ng.TwoStageGPRegressor(mean="krrnn", variance=variance, kernel="matern32", n_neighbors=20,
+                                   verbose=False).fit(X, Y)
+    Xt = rng.uniform(-3, 3, (40, 2))
+    dist = model.predict_dist(Xt)
+    truth = 2 * Xt[:, 0] + np.sin(3 * Xt[:, 1])
+    assert np.sqrt(np.mean((dist["mean"] - truth) ** 2)) < 0.7
+    assert np.all(dist["var_y"] > dist["var_f"]) and np.all(dist["var_f"] >= 0)
+    assert model.noise_variance_ > 0
+    loaded = ng.load(model.save(tmp_path / "nn.pt"))
+    assert np.allclose(loaded.predict(Xt, return_std=True)[1], np.sqrt(dist["var_y"]))
+    assert np.allclose(loaded.predict(Xt), dist["mean"])
+
+
+def test_krrnn_residuals_are_leave_one_out_when_cross_fitted():
+    loo = ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=15, verbose=False)
+    loo.fit(X, Y)
+    ys = (Y - Y.mean()) / Y.std()
+    Xs = loo.x_scaler_.transform(X)
+    expected = ys - loo.mean_model_.predict(Xs, exclude_self=True)
+    assert np.allclose(loo.variance_model_.train_y_, expected)
+    assert np.mean(expected ** 2) > np.mean((ys - loo.mean_model_.predict(Xs)) ** 2)
+
+
 @pytest.mark.parametrize("params,error,match", [
     ({"kernel": "cosine"}, ParameterError, "kernel"), ({"mean": "gbm"}, ParameterError, "mean"),
+    ({"variance": "vecchia"}, ParameterError, "variance"), ({"n_neighbors": 0}, ParameterError, "n_neighbors"),
     ({"residuals": "loo"}, ParameterError, "residuals"), ({"warm_start": 500}, ValueError, "warm_start = 500")])
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
