@@ -51,6 +51,8 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   noise_variance=None if noise is None else float(noise) / sd ** 2,
                   variance_scale=float(getattr(model, "variance_scale", 1.0)),
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
+    for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
+        report[f"{stage}_seconds"] = seconds
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}
 
 

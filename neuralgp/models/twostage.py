@@ -15,6 +15,8 @@ it: K-fold with the chosen KRR hyper-parameters; for KRRNN leave-one-out, the po
 
 from __future__ import annotations
 
+import time
+
 import gpytorch
 import numpy as np
 import torch
@@ -23,11 +25,12 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import KFold
 
 from neuralgp.datasets.scaling import Scaler
+from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
-from neuralgp.params import BOOL, NONE, POSITIVE_INT, SEED, Rule, one_of
+from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor, gram
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_variance
@@ -35,6 +38,7 @@ from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_v
 MEAN_MODELS = ("krr", "krrnn")
 VARIANCE_MODELS = ("exact", "gpnn", "svgp")
 CROSS_FIT_FOLDS = 5
+AUTO_WARM_START = 200  # the paper's subsample (spec §4.6)
 GPNN_ITERATIONS, GPNN_LR = 200, 0.1  # Table 7
 
 
@@ -44,26 +48,30 @@ def _is_regressor(v) -> bool:
 
 @register
 class TwoStageGPRegressor(NeuralGPRegressor):
-    """Two-stage GP: ``mean`` = "krr", "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows) or any
-    scikit-learn regressor (cloned, fitted to the scaled data); ``variance`` = "exact" (the zero-mean GPyTorch GP),
+    """Two-stage GP: ``mean`` = "krr", "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any
+    scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance GP fitted to the
+    targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP),
     "gpnn" (GPnn with ``n_neighbors`` neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at
     its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one
-    of them; ``warm_start`` = m rows for the exact variance GP's first phase (None or False — scikit-learn's "no
+    of them; ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when
+    there are more than 400 rows, else none; None or False — scikit-learn's "no
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample".
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
-    for a given kernel), ``mean_model_``, ``variance_model_``, ``fit_log_``.
+    for a given kernel), ``mean_model_``, ``variance_model_``, ``fit_log_``, ``stage_seconds_`` (wall-clock of the
+    mean model, the kernel search and the variance model).
     """
 
-    param_rules = {"mean": (one_of(*MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
+    param_rules = {"mean": (NONE, one_of(*MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
                    "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
                    "n_neighbors": POSITIVE_INT,
-                   "warm_start": (NONE, one_of(False), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
-                   "aks_repeats": POSITIVE_INT, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
+                   "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "seed": SEED, "verbose": BOOL}
 
-    def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start=200, residuals="cross_fit",
-                 n_neighbors=50, aks_repeats=20, normalize_y=True, input_scaling="standard", seed=0, verbose=True):
+    def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
+                 n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard", seed=0,
+                 verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -71,6 +79,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.warm_start = warm_start
         self.residuals = residuals
         self.aks_repeats = aks_repeats
+        self.max_memory_gb = max_memory_gb
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
@@ -102,21 +111,36 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if X_val is not None:  # nothing here stops early or recalibrates: the validation part is training data
             X, y = np.vstack([X, X_val]), np.concatenate([y, y_val])
         warm_start = self.warm_start or None  # False (scikit-learn's convention) means none
+        if warm_start == "auto":
+            warm_start = AUTO_WARM_START if len(y) > 2 * AUTO_WARM_START else None
         if self.variance == "exact" and warm_start is not None and warm_start > len(y):
             raise ValueError(f"warm_start = {self.warm_start} is larger than the {len(y)} training rows; use at "
                              f"most {len(y)} or None (full training)")
-        self.mean_model_ = self._fit_mean(X, y)
-        resid = self._residuals(X, y)
+        need = 3 * 8 * len(y) ** 2 / 1e9  # float64 n × n kernel, its Cholesky factor and a gradient
+        if self.variance == "exact" and need > self.max_memory_gb:
+            raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > "
+                                     f"max_memory_gb = {self.max_memory_gb}; use the scalable pipeline "
+                                     f"(mean='krrnn', variance='gpnn': registry name twostage-nn)")
+        if self.mean is None and self.variance != "exact":
+            raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
+        clock = time.perf_counter()
+        self.mean_model_ = None if self.mean is None else self._fit_mean(X, y)
+        resid = y if self.mean is None else self._residuals(X, y)
+        self.stage_seconds_ = {"mean": time.perf_counter() - clock}
+        clock = time.perf_counter()
         if self.kernel == "auto":
             self.kernel_, self.kernel_scores_ = automatic_kernel_search(X, resid, model="gp",
                                                                         repeats=self.aks_repeats, seed=self.seed)
         else:
             self.kernel_, self.kernel_scores_ = self.kernel, {}
+        self.stage_seconds_["search"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         if self.variance == "exact":
             self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed)
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
+        self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 
     def _variance_estimator(self):
@@ -127,10 +151,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return SVGPRegressor(base_kernel=self.kernel_, **scaling)
 
     def _predict_scaled(self, X):
-        mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
         if self.variance == "exact":
-            var_f, noise = predictive_variance(self.variance_model_, X)
+            gp_mean, var_f, noise = predictive_variance(self.variance_model_, X)
+            mean = gp_mean if self.mean is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
             return mean, var_f, var_f + noise
+        mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
         dist = self.variance_model_.predict_dist(X)
         return mean, dist["var_f"], dist["var_y"]
 
@@ -144,11 +169,13 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return noise * self._y_scale ** 2 * self.variance_scale
 
     def _fitted_state(self) -> dict:
-        if not isinstance(self.mean, str):
+        if not (self.mean is None or isinstance(self.mean, str)):
             raise NotImplementedError("save() keeps a KRR or KRRNN mean only; a model with a scikit-learn mean "
                                       "regressor cannot be saved this way (pickle it yourself)")
         m = self.mean_model_
-        if self.mean == "krr":
+        if self.mean is None:
+            mean = None
+        elif self.mean == "krr":
             mean = {"kernel": m.kernel_, "length_scale": m.length_scale_, "alpha": m.alpha_,
                     "X": torch.as_tensor(m.X_fit_), "dual_coef": torch.as_tensor(m.dual_coef_)}
         else:
@@ -161,12 +188,12 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_}
 
     def _restore(self, state: dict):
-        k = state["mean"]
+        k, m = state["mean"], None
         if self.mean == "krr":
             m = KernelRidgeCV(seed=self.seed)
             m.kernel_, m.length_scale_, m.alpha_ = k["kernel"], k["length_scale"], k["alpha"]
             m.X_fit_, m.dual_coef_ = k["X"].numpy(), k["dual_coef"].numpy()
-        else:
+        elif self.mean == "krrnn":
             m = KRRNNRegressor(**k["params"]).fit(k["X"].numpy(), k["y"].numpy())
         self.mean_model_, self.kernel_, self.kernel_scores_ = m, state["kernel"], state["kernel_scores"]
         g = state["variance"]

@@ -76,9 +76,10 @@ def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int =
     return model, log
 
 
-def predictive_variance(model, X) -> tuple[np.ndarray, float]:
-    """(variance of f at X, noise σ²): the GP's posterior variance does not depend on the residual values."""
+def predictive_variance(model, X) -> tuple[np.ndarray, np.ndarray, float]:
+    """(posterior mean of f, variance of f at X, noise σ²); the variance does not depend on the targets' values."""
     X = torch.as_tensor(np.asarray(X, dtype=np.float64))
     with torch.no_grad(), gpytorch.settings.max_cholesky_size(CHOLESKY_ALWAYS), gpytorch.settings.fast_pred_var(False):
-        var_f = model(X).variance.clamp_min(0.0).numpy()
-    return var_f, float(model.likelihood.noise.detach())
+        f = model(X)
+        mean, var_f = f.mean.numpy(), f.variance.clamp_min(0.0).numpy()
+    return mean, var_f, float(model.likelihood.noise.detach())

@@ -18,9 +18,9 @@ Y = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.3 * rng.standard_normal(120)
 
 def test_variance_does_not_depend_on_the_residual_values():
     model, _ = fit_variance_gp(X, Y - Y.mean(), "matern32", warm_start=None, subsample_steps=20)
-    before = predictive_variance(model, X[:10])[0]
+    before = predictive_variance(model, X[:10])[1]
     model.set_train_data(torch.as_tensor(X), torch.as_tensor(rng.permutation(Y)), strict=False)  # same θ, other y
-    assert np.allclose(predictive_variance(model, X[:10])[0], before, rtol=1e-10)
+    assert np.allclose(predictive_variance(model, X[:10])[1], before, rtol=1e-10)
 
 
 def test_warm_start_from_the_optimum_stays_at_its_likelihood():
@@ -39,7 +39,7 @@ def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
     two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample",
                                  verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
-    var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
+    _, var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
     dist = two.predict_dist(X[:15])
     assert np.allclose(dist["mean"], Y.mean())
     assert np.allclose(dist["var_y"], (var_f + noise) * Y.std() ** 2, rtol=1e-8)
@@ -63,6 +63,19 @@ def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
     a = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="in_sample", verbose=False).fit(X, Y)
     b = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="cross_fit", verbose=False).fit(X, Y)
     assert np.mean(b.variance_model_.train_targets.numpy() ** 2) > np.mean(a.variance_model_.train_targets.numpy() ** 2)
+
+
+def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
+    one = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, verbose=False).fit(X, Y)
+    plain, _ = fit_variance_gp(one.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
+    mean, var_f, noise = predictive_variance(plain, one.x_scaler_.transform(X[:15]))
+    dist = one.predict_dist(X[:15])
+    assert np.allclose(dist["mean"], mean * Y.std() + Y.mean()) and np.allclose(dist["var_f"], var_f * Y.std() ** 2)
+    assert set(one.stage_seconds_) == {"mean", "search", "variance"}
+    loaded = ng.load(one.save(tmp_path / "one.pt"))
+    assert np.allclose(loaded.predict(X[:15]), dist["mean"])
+    with pytest.raises(ValueError, match="mean=None"):
+        ng.TwoStageGPRegressor(mean=None, variance="gpnn", verbose=False).fit(X, Y)
 
 
 @pytest.mark.parametrize("variance", ["gpnn", "svgp"])
