@@ -10,7 +10,8 @@ nearest residuals). ``variance="svgp"``: GPyTorch's SVGP on the residuals (the p
 
 Residuals: ``"in_sample"`` (the paper: the mean model's errors on the points it was fitted to — too small, so the
 variance GP learns too little noise) or ``"cross_fit"`` (each point's residual from a mean model that did not see
-it: K-fold with the chosen KRR hyper-parameters; for KRRNN leave-one-out, the point left out of its neighbourhood).
+it: exact leave-one-out for KRR with the chosen hyper-parameters, the point left out of its neighbourhood for
+KRRNN, K-fold refits for another regressor).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import gpytorch
 import numpy as np
 import torch
 from sklearn.base import clone
-from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import KFold
 
 from neuralgp.datasets.scaling import Scaler
@@ -32,7 +32,7 @@ from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
-from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor, gram
+from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_variance
 
 MEAN_MODELS = ("krr", "krrnn")
@@ -92,19 +92,17 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return (KernelRidgeCV(seed=self.seed) if self.mean == "krr" else clone(self.mean)).fit(X, y)
 
     def _residuals(self, X, y) -> np.ndarray:
+        """The mean model's residuals: in-sample, or cross-fitted — exact leave-one-out for KRR and KRRNN (each
+        row's residual from the same hyper-parameters without it), K-fold refits for another regressor."""
         if self.mean == "krrnn":
             return y - self.mean_model_.predict(X, exclude_self=self.residuals == "cross_fit")
         if self.residuals == "in_sample":
             return y - self.mean_model_.predict(X)
+        if self.mean == "krr":
+            return self.mean_model_.loo_residuals()
         out = np.empty_like(y)
         for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
-            if self.mean == "krr":  # the chosen λ, kernel and lengthscale, refitted without the fold
-                m = self.mean_model_
-                ridge = KernelRidge(alpha=m.alpha_, kernel="precomputed").fit(
-                    gram(m.kernel_, m.length_scale_, X[train]), y[train])
-                out[held] = y[held] - ridge.predict(gram(m.kernel_, m.length_scale_, X[held], X[train]))
-            else:
-                out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
+            out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
         return out
 
     def _fit_scaled(self, X, y, X_val, y_val):

@@ -5,6 +5,7 @@ grid), and KRRNN — kernel ridge on each test point's w nearest training neighb
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.kernel_ridge import KernelRidge
@@ -77,6 +78,15 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
             gram(self.kernel_, self.length_scale_, X), y).dual_coef_
         self.X_fit_ = X
         return self
+
+    def loo_residuals(self) -> np.ndarray:
+        """Exact leave-one-out residuals of the fitted model at its own training rows, no refits: with
+        A = (K + λI)⁻¹, the residual of row i from the same λ, kernel and lengthscale fitted without it is
+        (A y)_i / A_ii, and A y is ``dual_coef_``. One n × n Cholesky inverse."""
+        K = gram(self.kernel_, self.length_scale_, self.X_fit_)
+        K[np.diag_indices_from(K)] += self.alpha_
+        A = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K), np.eye(len(K)))
+        return self.dual_coef_ / np.diag(A)
 
     def predict(self, X):
         """k(X, X_fit) · dual coefficients, as ``KernelRidge.predict``."""

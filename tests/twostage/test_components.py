@@ -52,6 +52,15 @@ def test_kernel_ridge_equals_scikit_learn_kernel_ridge():
     assert np.allclose(ours.predict(X[:20]), ref.predict(X[:20]), atol=1e-7)
 
 
+def test_leave_one_out_residuals_equal_refits_without_the_row():
+    model = KernelRidgeCV(kernels=("matern32",), alphas=(1e-2,), length_scales=(1.0,)).fit(X[:60], y[:60])
+    ls = model.length_scale_
+    refits = [y[i] - KernelRidge(alpha=1e-2, kernel="precomputed").fit(
+        gram("matern32", ls, np.delete(X[:60], i, 0)), np.delete(y[:60], i)).predict(
+        gram("matern32", ls, X[i:i + 1], np.delete(X[:60], i, 0)))[0] for i in range(60)]
+    assert np.allclose(model.loo_residuals(), refits, atol=1e-8)
+
+
 def test_kernel_ridge_cross_validation_records_every_candidate():
     model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), cv=3).fit(X, y)
     assert len(model.cv_mse_) == 3 * 2 * 2
