@@ -96,6 +96,18 @@ def test_kernel_search_scores_the_true_kernel_of_an_rbf_sample_highest_or_near()
     assert scores["rbf"] >= max(scores.values()) - 0.02 and scores["matern12"] < scores["rbf"]
 
 
+def test_kernel_search_picks_matern12_on_a_nearly_noiseless_matern12_sample():
+    """Noise 0.01: Matérn-1/2 won 4 of 4 seeds by ≥ 0.18; at noise 0.1 it lost to RBF in 3 of 4, and at noise 0.01
+    RBF samples were also called Matérn-1/2 in 3 of 4 — the score does not identify the kernel in general
+    (docs/methods/twostage.md has the whole confusion table)."""
+    from neuralgp.twostage import automatic_kernel_search
+    gen = np.random.default_rng(0)
+    Xs = gen.uniform(0, 5, (600, 1))
+    ys = np.linalg.cholesky(Matern(1.0, nu=0.5)(Xs) + 1e-8 * np.eye(600)) @ gen.standard_normal(600)
+    best, scores = automatic_kernel_search(Xs, ys + 0.01 * gen.standard_normal(600), repeats=6, subsample=300)
+    assert best == "matern12" and scores["matern12"] > max(scores["rbf"], scores["matern32"]) + 0.1
+
+
 def test_delta_test_errors_and_decision():
     from neuralgp.twostage import delta_ratio_test
     with pytest.raises(ValueError, match="unknown kernel"):
