@@ -58,7 +58,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample".
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
-    for a given kernel), ``mean_model_``, ``variance_model_``, ``fit_log_``, ``stage_seconds_`` (wall-clock of the
+    for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
+    ``residual_scale_``, their root mean square), ``fit_log_``, ``stage_seconds_`` (wall-clock of the
     mean model, the kernel search and the variance model).
     """
 
@@ -124,6 +125,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         clock = time.perf_counter()
         self.mean_model_ = None if self.mean is None else self._fit_mean(X, y)
         resid = y if self.mean is None else self._residuals(X, y)
+        # the variance model sees residuals of unit mean square: its hyper-parameters start (GPyTorch's 0.693) and
+        # move (100 steps at lr 0.1) on the scale they were made for — unscaled, the noise of a nearly exact mean
+        # cannot get below ~0.006 in 100 steps however small the residuals are
+        self.residual_scale_ = float(np.sqrt(np.mean(resid ** 2))) or 1.0
+        resid = resid / self.residual_scale_
         self.stage_seconds_ = {"mean": time.perf_counter() - clock}
         clock = time.perf_counter()
         if self.kernel == "auto":
@@ -149,13 +155,14 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return SVGPRegressor(base_kernel=self.kernel_, **scaling)
 
     def _predict_scaled(self, X):
+        s, s2 = self.residual_scale_, self.residual_scale_ ** 2
         if self.variance == "exact":
             gp_mean, var_f, noise = predictive_variance(self.variance_model_, X)
-            mean = gp_mean if self.mean is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
-            return mean, var_f, var_f + noise
+            mean = gp_mean * s if self.mean is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
+            return mean, var_f * s2, (var_f + noise) * s2
         mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
         dist = self.variance_model_.predict_dist(X)
-        return mean, dist["var_f"], dist["var_y"]
+        return mean, dist["var_f"] * s2, dist["var_y"] * s2
 
     @property
     def noise_variance_(self) -> float:
@@ -164,7 +171,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             noise = float(self.variance_model_.likelihood.noise.detach())
         else:
             noise = self.variance_model_.noise_variance_
-        return noise * self._y_scale ** 2 * self.variance_scale
+        return noise * self.residual_scale_ ** 2 * self._y_scale ** 2 * self.variance_scale
 
     def _fitted_state(self) -> dict:
         if not (self.mean is None or isinstance(self.mean, str)):
@@ -183,7 +190,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             variance = {"X": gp.train_inputs[0], "r": gp.train_targets, "state": gp.state_dict()}
         else:
             variance = self.variance_model_._payload()
-        return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_}
+        return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_,
+                "residual_scale": self.residual_scale_}
 
     def _restore(self, state: dict):
         k, m = state["mean"], None
@@ -194,6 +202,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         elif self.mean == "krrnn":
             m = KRRNNRegressor(**k["params"]).fit(k["X"].numpy(), k["y"].numpy())
         self.mean_model_, self.kernel_, self.kernel_scores_ = m, state["kernel"], state["kernel_scores"]
+        self.residual_scale_ = state["residual_scale"]
         g = state["variance"]
         if self.variance == "exact":
             gp = ZeroMeanGP(g["X"], g["r"], gpytorch.likelihoods.GaussianLikelihood().double(), self.kernel_).double()

@@ -62,7 +62,18 @@ def test_fit_predict_kernel_search_and_round_trip(residuals, tmp_path):
 def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
     a = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="in_sample", verbose=False).fit(X, Y)
     b = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="cross_fit", verbose=False).fit(X, Y)
-    assert np.mean(b.variance_model_.train_targets.numpy() ** 2) > np.mean(a.variance_model_.train_targets.numpy() ** 2)
+    assert b.residual_scale_ > a.residual_scale_
+
+
+def test_the_variance_model_sees_residuals_of_unit_mean_square():
+    """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
+    0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
+    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X, 2 * X[:, 0] + 0.01 * Y)
+    r = model.variance_model_.train_targets.numpy()
+    assert np.mean(r ** 2) == pytest.approx(1.0) and model.residual_scale_ < 0.05
+    _, var_f, noise = predictive_variance(model.variance_model_, model.x_scaler_.transform(X[:10]))
+    dist = model.predict_dist(X[:10])
+    assert np.allclose(dist["var_y"], (var_f + noise) * model.residual_scale_ ** 2 * model._y_scale ** 2)
 
 
 def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
@@ -99,7 +110,7 @@ def test_krrnn_residuals_are_leave_one_out_when_cross_fitted():
     ys = (Y - Y.mean()) / Y.std()
     Xs = loo.x_scaler_.transform(X)
     expected = ys - loo.mean_model_.predict(Xs, exclude_self=True)
-    assert np.allclose(loo.variance_model_.train_y_, expected)
+    assert np.allclose(loo.variance_model_.train_y_ * loo.residual_scale_, expected)
     assert np.mean(expected ** 2) > np.mean((ys - loo.mean_model_.predict(Xs)) ** 2)
 
 
