@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
-from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, ExactGPRegressor,
+from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, DKMRegressor, ExactGPRegressor,
                              FMGPClassifier, FMGPRegressor, GPnnRegressor, NetworkClassifier, NetworkRegressor,
                              SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
                              SVGPRegressor, TwoStageGPRegressor)
@@ -36,6 +36,7 @@ ESTIMATORS = {
     "dak-mc": Entry("deep additive kernel, Monte Carlo ELBO (DAK-MC)", DAKRegressor, params={"inference": "mc"}),
     "dak-exact": Entry("deep additive kernel, exact posterior over the last layer by the marginal likelihood",
                        DAKRegressor, params={"inference": "exact"}),
+    "dkm": Entry("deep kernel machine: learned Gram matrices, Riccati / Lyapunov solver (n ≤ 2000)", DKMRegressor),
     "fmgp": Entry("neural feature-map GP, exact, recalibrated on the validation part (FM-GP)", FMGPRegressor,
                   FMGPClassifier),
     "gpnn": Entry("nearest-neighbour exact GPs, recalibrated on the validation part (GPnn)", GPnnRegressor),

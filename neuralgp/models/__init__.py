@@ -5,13 +5,14 @@ from neuralgp.models.baselines import (DKLRegressor, ExactGPRegressor, GPyTorchD
                                        SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor)
 from neuralgp.models.dak import DAKClassifier, DAKRegressor
 from neuralgp.models.dbk import DBKRegressor
+from neuralgp.models.dkm import DKMRegressor
 from neuralgp.models.fmgp import FMGPClassifier, FMGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor, NNGPRegressor
 from neuralgp.models.network import NetworkClassifier, NetworkRegressor
 from neuralgp.models.sklearn_gp import SklearnGPRegressor
 from neuralgp.models.twostage import TwoStageGPRegressor
 
-__all__ = ["DBKRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
+__all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
            "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor", "ResourceLimitError"]

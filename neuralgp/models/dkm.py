@@ -1,0 +1,130 @@
+"""``DKMRegressor``: a deep kernel machine (Aitchison et al.) with scikit-learn's contract.
+
+The fitted parameters are the L learned P × P Gram matrices of the training rows, the kernel weights of each layer
+and σ²: a saved model holds them and the (scaled) training inputs and targets. O(P³) time and O(P²) memory in the
+training size P: past ``max_train_size`` rows, or an estimated ``max_memory_gb``, ``fit`` stops before allocating.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from neuralgp.datasets.scaling import Scaler
+from neuralgp.dkm.kernels import GRAM_KERNELS, GramKernel
+from neuralgp.dkm.objective import OBJECTIVES, DKMObjective
+from neuralgp.dkm.prediction import predict
+from neuralgp.dkm.solver import SOLVERS, fit_dkm
+from neuralgp.errors import ResourceLimitError
+from neuralgp.io import register
+from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
+
+DEFAULT_WIDTH = 100
+MATRICES_PER_LAYER = 12  # P × P float64 matrices alive per layer update (G, K, inverses, A, U, Q, Lyapunov work)
+
+
+def _widths_rule(v) -> bool:
+    return isinstance(v, (tuple, list)) and len(v) > 0 and all(isinstance(x, (int, float)) and x > 0 for x in v)
+
+
+@register
+class DKMRegressor(NeuralGPRegressor):
+    """Deep kernel machine regression: ``n_layers`` learned Gram layers of ``widths`` ν_ℓ (None: ``DEFAULT_WIDTH``
+    each) between G₀ = XXᵀ/d and a GP likelihood, the Gram kernel ``kernel`` (eq. 38's "linear+sqexp" by default)
+    applied to every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
+    (Table 1's baselines). ``solver``: "newton" (one β-shifted Newton–Lyapunov step per layer and sweep), "care"
+    (the Riccati equation solved directly) or "adam" (``max_iter`` Adam steps at ``lr`` on Cholesky factors).
+    ``max_iter`` sweeps, each followed by a damped Newton step on the kernel weights and σ² (``learn_hyper``).
+
+    Fitted: ``grams_`` (the learned training Grams), ``weights_`` (per kernel application), ``noise_``,
+    ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
+    """
+
+    param_rules = {"n_layers": POSITIVE_INT, "widths": (NONE, Rule(_widths_rule, "a tuple of positive numbers")),
+                   "kernel": one_of(*GRAM_KERNELS), "lengthscale": POSITIVE, "objective": one_of(*OBJECTIVES),
+                   "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": Rule(lambda v: isinstance(
+                       v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number ≥ 0"), "beta": POSITIVE,
+                   "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
+                   "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "seed": SEED, "verbose": BOOL}
+
+    def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
+                 solver="newton", max_iter=10, lam=5.0, beta=1.0, lr=0.01, learn_hyper=True, max_train_size=2000,
+                 max_memory_gb=8.0, normalize_y=True, input_scaling="standard", seed=0, verbose=True):
+        self.n_layers = n_layers
+        self.widths = widths
+        self.kernel = kernel
+        self.lengthscale = lengthscale
+        self.objective = objective
+        self.solver = solver
+        self.max_iter = max_iter
+        self.lam = lam
+        self.beta = beta
+        self.lr = lr
+        self.learn_hyper = learn_hyper
+        self.max_train_size = max_train_size
+        self.max_memory_gb = max_memory_gb
+        self.normalize_y = normalize_y
+        self.input_scaling = input_scaling
+        self.seed = seed
+        self.verbose = verbose
+
+    def _widths(self) -> list:
+        widths = [DEFAULT_WIDTH] * self.n_layers if self.widths is None else list(self.widths)
+        if len(widths) != self.n_layers:
+            raise ValueError(f"widths has {len(widths)} entries for n_layers = {self.n_layers}; give one per layer")
+        return widths
+
+    def estimated_memory_gb(self, P: int) -> float:
+        return MATRICES_PER_LAYER * 8 * P ** 2 * (self.n_layers + 1) / 1e9
+
+    def _objective(self, X, y) -> DKMObjective:
+        return DKMObjective(X, y, self._widths(), GramKernel(self.kernel, self.lengthscale), self.objective)
+
+    def _fit_scaled(self, X, y, X_val, y_val):
+        if X_val is not None:  # nothing stops early: the validation part is training data
+            X, y = np.vstack([X, X_val]), np.concatenate([y, y_val])
+        P, need = len(y), self.estimated_memory_gb(len(y))
+        if P > self.max_train_size or need > self.max_memory_gb:
+            raise ResourceLimitError(
+                f"DKMRegressor learns {self.n_layers} Gram matrices of n × n: n = {P} rows needs O(n³) time per "
+                f"iteration and about {need:.1f} GB (max_train_size = {self.max_train_size}, max_memory_gb = "
+                f"{self.max_memory_gb}). For more rows use dbk, fmgp or twostage-nn")
+        obj = self._objective(X, y)
+        progress = None
+        if self.verbose:
+            def progress(log):
+                print(f"DKM iteration {len(log.objective) - 1}: objective {log.objective[-1]:.4f}, "
+                      f"gradient {log.grad_norm[-1]:.3g}, {log.seconds[-1]:.1f} s", flush=True)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            theta, grams, self.solver_log_ = fit_dkm(obj, self.solver, self.max_iter, self.lam, self.beta,
+                                                     self.learn_hyper, self.lr, progress=progress)
+        self._set_fit(obj, theta, grams)
+        self.n_iter_ = len(self.solver_log_.objective) - 1
+        return self
+
+    def _set_fit(self, obj, theta, grams):
+        self.objective_, self.theta_, self.grams_ = obj, theta, grams
+        weights, noise = obj.unpack(theta)
+        self.weights_ = [w.numpy() for w in weights]
+        self.noise_ = float(noise)
+
+    def _predict_scaled(self, X):
+        mean, var_f, var_y = predict(self.objective_, self.theta_, self.grams_, X)
+        return mean[:, 0].numpy(), var_f.numpy(), var_y.numpy()
+
+    @property
+    def noise_variance_(self) -> float:
+        self._check_fitted()
+        return self.noise_ * self._y_scale ** 2 * self.variance_scale
+
+    def _fitted_state(self) -> dict:
+        obj = self.objective_
+        return {"X": obj.X, "Y": obj.Y, "theta": self.theta_, "grams": self.grams_, "n_iter": self.n_iter_,
+                "objective": self.solver_log_.objective}
+
+    def _restore(self, state: dict):
+        obj = self._objective(state["X"], state["Y"])
+        self._set_fit(obj, state["theta"], state["grams"])
+        self.n_iter_ = state["n_iter"]
