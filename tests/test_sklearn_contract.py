@@ -42,6 +42,7 @@ ESTIMATORS = [
     ng.SVGPClassifier(max_epochs=60, num_inducing=16, lr=0.05, verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
     ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False),
+    ng.DKMRegressor(max_iter=3, verbose=False),
 ]
 
 EXPECTED_FAILURES = {

@@ -1,0 +1,192 @@
+"""Deep kernel machines: the spec's validation checks (§8.1) on synthetic P ≤ 40, and the estimator's contract."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import neuralgp as ng
+from neuralgp.dkm import DKMObjective, GramKernel, fit_dkm
+from neuralgp.dkm.objective import gaussian_kl, layer_term
+from neuralgp.dkm.prediction import predict
+from neuralgp.dkm.solver import care_coefficients, care_solve, newton_step
+from neuralgp.errors import ParameterError, ResourceLimitError
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((30, 5))
+Y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(30)
+
+
+def spd(P, seed):
+    A = np.random.default_rng(seed).standard_normal((P, P + 3))
+    return torch.as_tensor(A @ A.T / (P + 3) + 0.1 * np.eye(P))
+
+
+def test_layer_term_is_minus_nu_kl_and_peaks_at_the_prior_mean():
+    G, K = spd(12, 1), spd(12, 2)
+    nu = 7.0
+    assert float(layer_term(G, K, nu)) == pytest.approx(float(-nu * gaussian_kl(G, K) - nu * 12 / 2), abs=1e-10)
+    at_mode = float(layer_term(K, K, nu))
+    for seed in range(5):
+        E = 0.01 * spd(12, 10 + seed)
+        assert float(layer_term(K + E, K, nu)) < at_mode
+    G = K.clone().requires_grad_(True)
+    grad, = torch.autograd.grad(layer_term(G, K, nu), G)
+    assert float(grad.abs().max()) < 1e-10  # (ν/2)(G⁻¹ − K⁻¹) = 0 at G = K
+
+
+@pytest.mark.parametrize("name", ["linear", "sqexp", "linear+sqexp"])
+def test_kernel_vjp_equals_autograd_and_finite_differences(name):
+    kernel = GramKernel(name, lengthscale=1.3)
+    w = torch.tensor([0.7, 0.4][:kernel.n_weights], dtype=torch.float64)
+    G = spd(8, 3).requires_grad_(True)
+    M = spd(8, 4)
+    f = lambda G: (kernel(w, G) * M).sum()  # noqa: E731  ∂f/∂K = M
+    auto, = torch.autograd.grad(f(G), G)
+    assert torch.allclose(kernel.vjp(w, G.detach(), M), auto, atol=1e-12)
+    E = torch.zeros(8, 8, dtype=torch.float64)
+    E[2, 5] = 1e-6
+    fd = (f(G.detach() + E) - f(G.detach() - E)) / 2e-6
+    assert float(fd) == pytest.approx(float(auto[2, 5]), rel=1e-6)
+
+
+def linear_objective(nus=(6.0, 9.0)):
+    """P = 10 rows of 12 inputs: a linear first layer needs G₀ of full rank (P ≤ ν₀; spec §6)."""
+    X_wide = np.random.default_rng(1).standard_normal((10, 12))
+    return DKMObjective(X_wide, X_wide[:, 0] + 0.1 * X_wide[:, 1], nus, GramKernel("linear"))
+
+
+def test_linear_kernel_care_is_the_exact_block_optimum_and_eq32_reduces_to_eq31():
+    """Layer 1 of a linear DKM (the top layer's kernel has σ²I, so only layer 1 is exactly linear, up to the
+    1e-6 jitter): eq. 32 gives eq. 31's A, U, Q, and one CARE solve zeroes that block's gradient."""
+    obj = linear_objective()
+    theta = torch.zeros(len(obj.initial_theta()), dtype=torch.float64)  # w = σ² = 1
+    Gs = [spd(10, 5), spd(10, 6)]
+    A, U, Q = care_coefficients(obj, theta, Gs, 1, lam=0.0)
+    nu, nu_next = obj.widths
+    assert np.allclose(A, (nu - nu_next) / 4 * np.eye(10), atol=1e-5)
+    assert np.allclose(U, nu / 2 * np.linalg.inv(obj.K(theta, 0, obj.G0).numpy()), rtol=1e-10)
+    assert np.allclose(Q, nu_next / 2 * Gs[1].numpy(), atol=1e-5)
+    G = care_solve(A, U, Q)
+    residual = A.T @ G + G @ A - G @ U @ G + Q
+    assert np.linalg.norm(residual) / np.linalg.norm(Q) < 1e-8 and np.all(np.linalg.eigvalsh(G) > 0)
+    Gs[0] = torch.as_tensor(G).requires_grad_(True)
+    grad, = torch.autograd.grad(obj.value(theta, Gs), Gs[0])
+    assert float(grad.abs().max()) < 1e-4 * float(np.abs(np.linalg.inv(G)).max())  # stationary in this block
+
+
+def test_newton_steps_converge_to_the_care_solution():
+    obj = linear_objective()
+    theta = torch.zeros(len(obj.initial_theta()), dtype=torch.float64)
+    Gs = obj.prior_chain(theta)
+    A, U, Q = care_coefficients(obj, theta, Gs, 1, lam=5.0)
+    G = Gs[0].numpy()
+    for _ in range(30):
+        G = newton_step(A, U, Q, G, beta=1.0)
+    assert np.allclose(G, care_solve(A, U, Q), rtol=1e-6, atol=1e-8)
+
+
+def test_initial_layer_terms_are_minus_nu_p_over_two_and_solver_ascends_to_a_stationary_point():
+    obj = DKMObjective(X, Y, [200.0, 200.0], GramKernel())
+    theta = obj.initial_theta()
+    Gs = obj.prior_chain(theta)
+    for layer, G in enumerate(Gs):
+        prev = obj.G0 if layer == 0 else Gs[layer - 1]
+        assert float(layer_term(G, obj.K(theta, layer, prev), 200.0)) == pytest.approx(-200.0 * 30 / 2, abs=1e-6)
+    _, Gs, log = fit_dkm(obj, max_iter=25, learn_hyper=False)
+    assert all(b >= a - 1e-9 for a, b in zip(log.objective, log.objective[1:]))  # monotone ascent
+    assert log.grad_norm[-1] < 0.05 * log.grad_norm[0] and log.kept == 0
+    assert log.objective[-1] - log.objective[-2] < 1e-3 * (log.objective[-1] - log.objective[0])
+    assert all(float(torch.linalg.eigvalsh(G).min()) > 0 for G in Gs)
+
+
+def test_solver_matches_a_long_gradient_optimisation():
+    obj = DKMObjective(X[:15], Y[:15], [50.0, 50.0], GramKernel())
+    theta = obj.initial_theta()
+    _, Gs, log = fit_dkm(obj, max_iter=60, learn_hyper=False)
+    V = [torch.linalg.cholesky(G).contiguous().requires_grad_(True) for G in obj.prior_chain(theta)]
+    opt = torch.optim.LBFGS(V, max_iter=500, tolerance_grad=1e-10, tolerance_change=1e-14,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -obj.value(theta, [torch.tril(v) @ torch.tril(v).T for v in V])
+        loss.backward()
+        return loss
+    for _ in range(5):
+        opt.step(closure)
+    best = -float(closure().detach())
+    assert abs(log.objective[-1] - best) < 1e-3
+
+
+def test_large_widths_give_the_kernel_hyper_solution():
+    obj = DKMObjective(X, Y, [1e7, 1e7], GramKernel())
+    theta = obj.initial_theta()
+    _, Gs, _ = fit_dkm(obj, max_iter=3, learn_hyper=False)
+    for G, prior in zip(Gs, obj.prior_chain(theta)):
+        assert torch.allclose(G, prior, rtol=1e-4, atol=1e-5)
+
+
+def test_prediction_at_the_training_rows_and_with_prior_grams_is_the_deep_kernel_gp():
+    obj = DKMObjective(X, Y, [20.0, 20.0], GramKernel())
+    theta, Gs, _ = fit_dkm(obj, max_iter=3)
+    mean, var_f, var_y = predict(obj, theta, Gs, X)  # (a) + (c): the GP on K_L(G_L) + σ²I at its own rows
+    K_y = obj.K(theta, 2, Gs[-1])
+    K_f = K_y - obj.unpack(theta)[1] * obj.eye
+    assert torch.allclose(mean, K_f @ torch.linalg.solve(K_y, obj.Y), atol=1e-4)
+    Xt = rng.standard_normal((7, 5))
+    prior = obj.prior_chain(theta)  # (b): prior Grams give the deep kernel on train + test rows
+    both = DKMObjective(np.vstack([X, Xt]), np.zeros(37), [20.0, 20.0], GramKernel())
+    G = both.G0
+    for layer in range(2):
+        G = both.kernel(obj.unpack(theta)[0][layer], G)
+    K = both.kernel(obj.unpack(theta)[0][2], G)
+    K_ii = K[:30, :30] + obj.unpack(theta)[1] * obj.eye
+    expected = K[30:, :30] @ torch.linalg.solve(K_ii, obj.Y)
+    mean_t, _, _ = predict(obj, theta, prior, Xt)
+    assert torch.allclose(mean_t, expected, atol=1e-4)
+
+
+def test_hyper_newton_steps_raise_the_objective():
+    obj = DKMObjective(X, Y, [50.0, 50.0], GramKernel(), objective="kernel_hyper")
+    theta, _, log = fit_dkm(obj, max_iter=5)
+    assert log.objective[-1] > log.objective[0] + 1 and all(
+        b >= a - 1e-9 for a, b in zip(log.objective, log.objective[1:]))
+
+
+def test_features_objective_runs_and_stays_positive_definite():
+    obj = DKMObjective(X, Y, [5.0, 5.0], GramKernel(), objective="features")
+    _, Gs, log = fit_dkm(obj, max_iter=10)
+    assert all(math.isfinite(v) for v in log.objective)
+    assert all(float(torch.linalg.eigvalsh(G).min()) > 0 for G in Gs)
+
+
+@pytest.mark.parametrize("solver", ["newton", "care", "adam"])
+def test_estimator_fits_predicts_and_round_trips(solver, tmp_path):
+    model = ng.DKMRegressor(solver=solver, max_iter=40 if solver == "adam" else 5, verbose=False).fit(X, Y)
+    mean, std = model.predict(X[:10], return_std=True)
+    assert np.sqrt(np.mean((mean - Y[:10]) ** 2)) < 0.5 * Y.std() and np.all(std > 0)
+    assert len(model.solver_log_.objective) == model.n_iter_ + 1 and len(model.weights_) == 3
+    loaded = ng.load(model.save(tmp_path / "dkm.pt"))
+    m2, s2 = loaded.predict(X[:10], return_std=True)
+    assert np.allclose(m2, mean) and np.allclose(s2, std)
+
+
+def test_size_limit_and_bad_parameters_are_clear_errors():
+    with pytest.raises(ResourceLimitError, match="max_train_size = 20.*dbk, fmgp or twostage-nn"):
+        ng.DKMRegressor(max_train_size=20, verbose=False).fit(X, Y)
+    with pytest.raises(ValueError, match="widths has 1 entries for n_layers = 2"):
+        ng.DKMRegressor(widths=(10,), verbose=False).fit(X, Y)
+    for params, match in (({"kernel": "cosine"}, "kernel"), ({"solver": "lbfgs"}, "solver"),
+                          ({"widths": (10, -1)}, "widths"), ({"objective": "map"}, "objective")):
+        with pytest.raises(ParameterError, match=match):
+            ng.DKMRegressor(verbose=False, **params).fit(X, Y)
+
+
+def test_care_fallback_when_scipy_fails():
+    """λ = 0 can make SciPy's direct CARE fail; the layer then takes a Newton step and stays positive definite."""
+    obj = DKMObjective(X, Y, [1.0, 1.0], GramKernel())
+    _, Gs, log = fit_dkm(obj, solver="care", max_iter=3, lam=0.0, learn_hyper=False)
+    assert all(float(torch.linalg.eigvalsh(G).min()) > 0 for G in Gs) and all(
+        math.isfinite(v) for v in log.objective)
