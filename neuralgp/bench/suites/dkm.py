@@ -41,7 +41,8 @@ SOLVER_ITERATIONS = 30
 CONVERGENCE_SPLITS = {"gal/yacht": [0, 1], "gal/bostonHousing": [0, 1]}
 
 
-def convergence_run(dataset: str, split: int, root=None, adam_steps: int = ADAM_STEPS) -> dict:
+def convergence_run(dataset: str, split: int, root=None, adam_steps: int = ADAM_STEPS,
+                    solver_iterations: int = SOLVER_ITERATIONS) -> dict:
     """ℒ and test RMSE (data units) against solver seconds for the Newton solver and for Adam at each of
     ``ADAM_LRS``, from the same initialisation; the time spent scoring the test set is not counted."""
     ds = datasets.load(dataset, split=f"gal:{split}", root=root)
@@ -61,7 +62,7 @@ def convergence_run(dataset: str, split: int, root=None, adam_steps: int = ADAM_
         _, _, log = fit_dkm(obj, progress=progress, **kw)
         trace.update(objective=log.objective, seconds=log.seconds)
         runs[name] = trace
-    run("solver", solver="newton", max_iter=SOLVER_ITERATIONS)
+    run("solver", solver="newton", max_iter=solver_iterations)
     for lr in ADAM_LRS:
         run(f"Adam {lr:g}", solver="adam", max_iter=adam_steps, lr=lr)
     return {"dataset": dataset, "split": split, "P": len(y), "runs": runs, **summarise(runs)}

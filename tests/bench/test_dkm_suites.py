@@ -1,0 +1,33 @@
+"""The DKM paper's suites: Table 1 quick run with the paper's numbers beside, and the convergence measurement."""
+
+import pytest
+
+from neuralgp.bench.runner import read_records, run_suite
+from neuralgp.bench.suites import SUITES
+from neuralgp.bench.suites.dkm import convergence_run, format_convergence, summarise
+
+
+def test_quick_table1_rows_and_paper_numbers(tmp_path):
+    out = run_suite(SUITES["dkm-table1"], tmp_path, model_names=["kernel hyper", "DKM"], quick=True, verbose=False)
+    records = read_records(out / "results.jsonl")
+    assert all(r["status"] == "ok" and r["split"] == "gal:0" and r["iterations"] == 10 for r in records)
+    assert {r["params"]["objective"] for r in records} == {"kernel_hyper", "dkm"}
+    table = (out / "table.md").read_text()
+    assert "0.80 ± 0.07" in table and "0.56 ± 0.04" in table  # the paper's yacht row
+
+
+def test_summary_counts_iterations_to_the_gap_and_the_speed_up():
+    runs = {"solver": {"objective": [-10.0, -2.0, -1.0005, -1.0], "seconds": [0.0, 1.0, 2.0, 3.0]},
+            "Adam 0.01": {"objective": [-10.0, -5.0, -1.5], "seconds": [0.0, 10.0, 40.0]}}
+    s = summarise(runs)
+    assert s["iterations_to_1e-3"] == 2 and s["best_adam"] == "Adam 0.01"
+    assert s["solver_seconds_to_adam_best"] == 2.0 and s["speedup"] == pytest.approx(20.0)
+
+
+def test_convergence_run_traces_objective_and_rmse():
+    res = convergence_run("gal/yacht", 0, adam_steps=3, solver_iterations=3)
+    assert set(res["runs"]) == {"solver", "Adam 0.001", "Adam 0.01", "Adam 0.1"}
+    solver = res["runs"]["solver"]
+    assert len(solver["objective"]) == len(solver["rmse"]) == len(solver["seconds"]) == 4
+    assert solver["objective"][-1] > solver["objective"][0]
+    assert "gal/yacht split 0" in format_convergence({"runs": [res]})
