@@ -20,7 +20,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, VALIDATION_FRACTION, Rule, one_of
 
-DEFAULT_WIDTH = 100
+DEFAULT_WIDTH = 300  # chosen on the training folds only (docs/methods/dkm.md)
 MATRICES_PER_LAYER = 12  # P × P float64 matrices alive per layer update (G, K, inverses, A, U, Q, Lyapunov work)
 
 

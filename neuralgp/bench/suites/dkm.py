@@ -140,7 +140,7 @@ SUITES = [
     Suite("dkm-table1", TABLE1_MODELS, SETS, METRICS, seeds=list(range(20)), split=lambda d, s: f"gal:{s}",
           paper=lambda d: PAPER_TABLE1.get(d, {}), quick_datasets=["gal/yacht"], budget_s=1800.0,
           merge_validation=frozenset({"kernel hyper", "features", "DKM", "DKM (default, recalibrated)"}),
-          note="Gal's 20 splits; seeds are split indices. DKM rows: widths 100, linear + squared-exponential Gram "
+          note="Gal's 20 splits; seeds are split indices. DKM rows: widths 300, linear + squared-exponential Gram "
                "kernel (lengthscale 1 on standardised inputs), λ = 5, β = 1, 10 solver iterations with ≤ 20 L-BFGS "
                "iterations on the kernel weights and σ² after each, trained on the training and validation parts "
                "together (the paper's protocol); 'DKM (default, recalibrated)' holds 10 % of them out and "
