@@ -137,6 +137,7 @@ class ConvergenceSuite:
 
 
 SUITES = [
+    ConvergenceSuite(),
     Suite("dkm-table1", TABLE1_MODELS, SETS, METRICS, seeds=list(range(20)), split=lambda d, s: f"gal:{s}",
           paper=lambda d: PAPER_TABLE1.get(d, {}), quick_datasets=["gal/yacht"], budget_s=1800.0,
           merge_validation=frozenset({"kernel hyper", "features", "DKM", "DKM (recalibrated)"}),
