@@ -6,6 +6,7 @@ import argparse
 import ast
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", default=None, help="folder to save model.pt and metrics.json")
     f.add_argument("--json", action="store_true", help="print metrics as JSON")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.add_argument("--nproc", type=_positive_int, default=1,
+                   help="train in N local worker processes (torch.distributed, gloo on CPU, NCCL on CUDA), each "
+                        "on its own block of rows: dbk, svdbk, dak (default 1); on several machines start "
+                        "`torchrun --nnodes … -m neuralgp fit …` instead (docs/distributed.md)")
 
     pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV file")
     pr.add_argument("model_file")
@@ -154,7 +159,17 @@ def _model_params(args, cls: type, in_dim: int) -> dict:
 
 
 def _cmd_fit(args):
-    from neuralgp import datasets, registry
+    from neuralgp import distributed
+    if distributed.init_from_environment(args.device):  # a worker started by torchrun or --nproc
+        try:
+            return _fit_and_report(args, main_worker=distributed.is_main())
+        finally:
+            distributed.close()
+    return _fit_and_report(args, main_worker=True)
+
+
+def _fit_and_report(args, main_worker: bool):
+    from neuralgp import datasets, distributed, registry
     from neuralgp.bench.evaluate import evaluate_classification, evaluate_regression
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
@@ -169,6 +184,10 @@ def _cmd_fit(args):
         params["normalize_features"] = model.uses_normalized_features()
     result = {"dataset": args.dataset, "model": args.model, "estimator": cls.__name__, "split": ds.split,
               "seed": args.seed, "device": args.device, "params": params, **evaluate(model, ds)}
+    if distributed.is_distributed():
+        result["workers"] = distributed.world()[1]
+    if not main_worker:  # only rank 0 prints, writes results and saves the model
+        return
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         model.save(out / "model.pt")
@@ -222,7 +241,7 @@ def _cmd_bench(args):
     from neuralgp.bench.suites import SUITES
     suite = SUITES[args.suite]
     if not isinstance(suite, Suite):  # a timing or a figure (dbk-speed, dak-toy): run, print, write
-        result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth)
+        result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth, quick=args.quick)
         print(json.dumps(result, indent=2) if args.json else suite.format(result))
         return
     split = lambda v: v.split(",") if v else None  # noqa: E731
@@ -257,8 +276,25 @@ def _cmd_datasets(args):
     print("fetch missing sets with `neuralgp datasets download NAME... | --all`")
 
 
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command line minus ``--nproc N`` / ``--nproc=N``: what each launched worker runs."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc":
+            skip = True
+        elif not item.startswith("--nproc="):
+            out.append(item)
+    return out
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command == "fit" and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from neuralgp.distributed import launch
+        return launch(_without_nproc(argv), args.nproc)
     handler = {"demo": _cmd_demo, "fit": _cmd_fit, "predict": _cmd_predict, "bench": _cmd_bench,
                "datasets": _cmd_datasets}[args.command]
     try:

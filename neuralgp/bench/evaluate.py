@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from neuralgp import distributed
 from neuralgp.metrics import classification_report, coverage, nll, regression_report, rmse
 
 
@@ -22,12 +23,14 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
     iterations and the fitted noise on the standardised scale.
     """
     t0 = time.perf_counter()
+    # in a process group each worker fits on its own block of the training (and validation) rows
+    own = lambda *arrays: [a[distributed.shard(len(a))] for a in arrays]  # noqa: E731
     if merge_validation:
-        model.fit(np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val]))
+        model.fit(*own(np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])))
     else:
-        model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+        model.fit(*own(ds.X_train, ds.y_train), *own(ds.X_val, ds.y_val))
     if recalibrate:  # FM-GP's protocol for every model (a no-op for FM-GP and GPnn, recalibrated in fit)
-        model.recalibrate(ds.X_val, ds.y_val)
+        model.recalibrate(*own(ds.X_val, ds.y_val))
     train_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     mean, std = model.predict(ds.X_test, return_std=True)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from neuralgp import distributed
 
 
 class Scaler:
@@ -15,11 +18,21 @@ class Scaler:
             raise ValueError(f"unknown scaling {kind!r}; use one of {self.KINDS}")
         self.kind = kind
 
-    def fit(self, a: np.ndarray) -> "Scaler":
+    def fit(self, a: np.ndarray, across_workers: bool = False) -> "Scaler":
+        """Fit on the rows ``a``; ``across_workers``: on the rows of every worker of the process group together
+        (each passes its own), the same numbers as one fit on all rows up to summation order."""
         a = np.asarray(a, dtype=np.float64)
+        reduce = across_workers and distributed.is_distributed()
         if self.kind == "minmax":
             lo, hi = a.min(0), a.max(0)
+            if reduce:
+                lo = -distributed.maximum(torch.from_numpy(-lo)).numpy()
+                hi = distributed.maximum(torch.from_numpy(hi)).numpy()
             shift, scale = (hi + lo) / 2, (hi - lo) / 2
+        elif self.kind == "standard" and reduce:  # two passes, as numpy's: the mean, then squared deviations
+            n = distributed.total_count(len(a))
+            shift = distributed.total(torch.from_numpy(a.sum(0))).numpy() / n
+            scale = np.sqrt(distributed.total(torch.from_numpy(((a - shift) ** 2).sum(0))).numpy() / n)
         elif self.kind == "standard":
             shift, scale = a.mean(0), a.std(0)
         else:

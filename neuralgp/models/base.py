@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
+from neuralgp import distributed
 from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
@@ -71,6 +72,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and then ``recalibrate`` (when ``recalibrates_on_validation()`` and the validation part has at least
         ``MIN_RECALIBRATION_POINTS`` rows)."""
         check_params(self)
+        if distributed.is_distributed() and not self.supports_distributed():
+            raise InputError(f"{type(self).__name__} does not train across processes (a process group of "
+                             f"{distributed.world()[1]} workers is initialised); fit it in one process, or use "
+                             "dbk, svdbk or dak, which do")
         X, y = check_X_y(X, y, owner=type(self).__name__)
         xn, yn = self.validation_names
         if (X_val is None) != (y_val is None):
@@ -83,14 +88,15 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             X, y, X_val, y_val = self._hold_out_validation(X, y)
         for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
             self.__dict__.pop(attr, None)
-        x_scaler = Scaler(self.input_scaling).fit(X)
-        y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None])
+        x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
+        y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)
         scale_y = lambda v: y_scaler.transform(v[:, None])[:, 0]  # noqa: E731
         scaled_val = (None, None) if X_val is None else (x_scaler.transform(X_val), scale_y(y_val))
         self._fit_scaled(x_scaler.transform(X), scale_y(y), *scaled_val)
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
-        if X_val is not None and self.recalibrates_on_validation() and len(y_val) >= MIN_RECALIBRATION_POINTS:
+        n_val = distributed.total_count(0 if X_val is None else len(y_val))
+        if n_val and self.recalibrates_on_validation() and n_val >= MIN_RECALIBRATION_POINTS:
             alpha = self._mean_z2(X_val, y_val)
             if np.isfinite(alpha) and alpha > 0:  # 0 only when the validation targets equal the predictions
                 self.variance_scale_ = alpha
@@ -98,6 +104,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 
     validation_fraction = 0.0
     validation_names = ("X_val", "y_val")  # what ``fit`` calls its third and fourth arguments, for errors
+
+    def supports_distributed(self) -> bool:
+        """Whether ``fit`` trains across the workers of an initialised process group (``neuralgp.distributed``)."""
+        return False
 
     def recalibrates_on_validation(self) -> bool:
         """Whether ``fit`` recalibrates the variances on the validation part (FM-GP Algorithm 1; the GPyTorch
@@ -137,8 +147,12 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         return self
 
     def _mean_z2(self, X, y) -> float:
+        """Mean squared z-score on (X, y): in a process group over every worker's rows."""
         mean, std = self.predict(X, return_std=True)  # checks fitted and the feature count
-        return float(np.mean(((y - mean) / std) ** 2))
+        if not distributed.is_distributed():
+            return float(np.mean(((y - mean) / std) ** 2))
+        sums = distributed.total(torch.tensor([np.sum(((y - mean) / std) ** 2), len(y)], dtype=torch.float64))
+        return float(sums[0] / sums[1])
 
     @property
     def variance_scale(self) -> float:

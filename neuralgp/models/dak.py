@@ -154,6 +154,9 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
             return mc_elbo(phi, yb, m.q, likelihood, int(self.mc_samples), n_total=n)
         return elbo(phi, yb, m.q, likelihood, n_total=n)
 
+    def supports_distributed(self) -> bool:
+        return not self.finetune  # the pre-training is one process's
+
     def _prepare(self, Xt, yt):
         if self.finetune:
             self._pretrain(self.module_.net, Xt, yt.float(), 1, lambda out, y: ((out.squeeze(-1) - y) ** 2).mean())

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from neuralgp import distributed
 from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
-from neuralgp.metrics import mean_z2, nll
+from neuralgp.metrics import LOG_2PI
 from neuralgp.models.base import MIN_RECALIBRATION_POINTS, NeuralGPRegressor
 from neuralgp.posterior import ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, make_weight_posterior
 from neuralgp.posterior.correction import correction_scale, trace_penalty
@@ -59,6 +60,11 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
+    def supports_distributed(self) -> bool:
+        """Trains across the workers of a process group, each fitting on its own rows (``neuralgp.distributed``):
+        exact inference by summed statistics and gradients, mini-batch inference data-parallel."""
+        return True
+
     # -- fitting ---------------------------------------------------------------------------------
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):
@@ -83,20 +89,23 @@ class WeightSpaceRegressor(NeuralGPRegressor):
                     {"noise": self.noise_lr} if self.noise_lr else None)
 
     def _validation_nll(self, val, predict_scaled) -> float:
-        """Validation NLL of the current state; with ``recalibration`` the NLL after the variance scaling that
-        ``fit`` will apply (α = mean z² on the same points), so early stopping selects what is returned."""
+        """Validation NLL of the current state (over every worker's validation rows); with ``recalibration`` the
+        NLL after the variance scaling that ``fit`` will apply (α = mean z² on the same points), so early stopping
+        selects what is returned."""
         X_val, y_val = val
         with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
             parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
         mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
-        std = np.sqrt(var_y)
-        if self.recalibration and len(y_val) >= MIN_RECALIBRATION_POINTS:
-            std = std * np.sqrt(mean_z2(y_val, mean, std))
-        return nll(y_val, mean, std)
+        sums = torch.tensor([np.log(var_y).sum(), ((y_val - mean) ** 2 / var_y).sum(), len(y_val)],
+                            dtype=torch.float64)
+        sum_log_var, sum_z2, n = distributed.total(sums).tolist()
+        alpha = sum_z2 / n if self.recalibration and n >= MIN_RECALIBRATION_POINTS else 1.0
+        return 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
 
     def _fit_exact(self, Xt, yt, val):
-        m, n, opt, precision = self.module_, len(yt), self._optimizer(), self.training_gram_precision
-        chunked = self.chunk_size is not None and n > self.chunk_size
+        m, opt, precision = self.module_, self._optimizer(), self.training_gram_precision
+        n = distributed.total_count(len(yt))
+        chunked = self.chunk_size is not None and len(yt) > self.chunk_size
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -106,6 +115,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
                 loss = -exact_objective(m, Xt, yt, self.trains_trace_regulariser(), precision) / n
                 loss.backward()
                 loss = loss.item()
+            distributed.sum_gradients(m.net.parameters())  # σ²'s gradient is already the same on every worker
             opt.step()
             return loss
 
@@ -128,12 +138,18 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         return objective
 
     def _fit_svi(self, Xt, yt, val):
-        m, n, opt = self.module_, len(yt), self._optimizer()
+        m, opt = self.module_, self._optimizer()
+        n_local, n, batch = len(yt), distributed.total_count(len(yt)), int(self.batch_size)
         gen = torch.Generator().manual_seed(self.seed)
+        shared = {}
+        if distributed.is_distributed():  # data parallel: as many full batches on every worker, gradients averaged
+            local_batches = torch.tensor(math.ceil(n_local / min(batch, n_local)))
+            shared = dict(n_batches=int(distributed.maximum(local_batches)),
+                          after_backward=lambda: distributed.sum_gradients(m.parameters(), average=True))
 
         def epoch():  # a batch of one has no trace term: skip it (it joins the next permutation)
-            return minibatch_epoch(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, n,
-                                   int(self.batch_size), gen, opt, min_batch=min(2, n))
+            return minibatch_epoch(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, n_local,
+                                   batch, gen, opt, min_batch=min(2, n_local), **shared)
 
         validate = None
         if val is not None:
@@ -150,7 +166,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if not self.uses_variance_correction():
             return None
         with torch.no_grad():
-            return map_rows(lambda X: (self.module_(X).double() ** 2).sum(-1).max().reshape(1), Xt).max()
+            return distributed.maximum(map_rows(lambda X: (self.module_(X).double() ** 2).sum(-1).max().reshape(1),
+                                                Xt).max())
 
     def _exact_posterior(self, Xt, yt):
         m = self.module_
@@ -158,7 +175,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             noise = m.noise().detach()
             max_var = self._max_prior_variance(Xt)
             scale_fn = None if max_var is None else (lambda phi: correction_scale(phi, noise, max_var))
-            stats = accumulate_stats(m, Xt, yt, scale_fn)
+            stats = distributed.reduce_stats(accumulate_stats(m, Xt, yt, scale_fn))
             return ExactPosterior(stats, noise), max_var
 
     def _cache_posterior(self, Xt, yt):

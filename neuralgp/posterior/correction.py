@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import torch
 
+from neuralgp import distributed
 
-def trace_penalty(phi: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """tr(C)/(2σ²) with c_i = max_j ‖φ_j‖² − ‖φ_i‖² over the rows given (eq. 11; mini-batch form on a batch)."""
+
+def trace_penalty(phi: torch.Tensor, noise: torch.Tensor, across_workers: bool = False) -> torch.Tensor:
+    """tr(C)/(2σ²) with c_i = max_j ‖φ_j‖² − ‖φ_i‖² over the rows given (eq. 11; mini-batch form on a batch);
+    ``across_workers``: over the rows of every worker of the process group (full batch)."""
     sq = (phi * phi).sum(-1).double()
-    return (sq.max() * len(sq) - sq.sum()) / (2 * noise.double())
+    if not across_workers or not distributed.is_distributed():
+        return (sq.max() * len(sq) - sq.sum()) / (2 * noise.double())
+    top, holds = distributed.maximum_and_holder(sq.max().detach())
+    top = sq.max() if holds else top  # its gradient goes to one worker
+    return (top * distributed.total_count(len(sq)) - distributed.total(sq.sum())) / (2 * noise.double())
 
 
 def correction_scale(phi: torch.Tensor, noise: torch.Tensor, max_prior_var: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,8 @@
 likelihood (DBK eq. 5, minus the trace regulariser of eq. 11 if asked), whole or in chunks of rows.
 
 ``module`` is any callable X → Φ with a ``noise()`` method returning σ² (DBK's and DAK's modules).
+In a process group each worker passes its own rows: the statistics are summed over workers (``neuralgp.distributed``)
+and the gradient reaching the network is this worker's share — sum it over workers before the step.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 
 import torch
 
+from neuralgp import distributed
 from neuralgp.posterior.correction import trace_penalty
 from neuralgp.posterior.exact import ExactPosterior, GramStats, gram_stats
 
@@ -19,9 +22,10 @@ def exact_objective(module, Xt, yt, trace_regulariser: bool,
     """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
     phi = module(Xt)
     noise = module.noise()
-    objective = ExactPosterior(gram_stats(phi, yt, precision=gram_precision), noise).log_marginal_likelihood()
+    stats = distributed.reduce_stats(gram_stats(phi, yt, precision=gram_precision))
+    objective = ExactPosterior(stats, noise).log_marginal_likelihood()
     if trace_regulariser:
-        objective = objective - trace_penalty(phi, noise)
+        objective = objective - trace_penalty(phi, noise, across_workers=True)
     return objective
 
 
@@ -34,8 +38,7 @@ def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: 
     ∂L/∂A, ∂L/∂b, ∂L/∂S, ∂L/∂M; pass 2 recomputes each chunk with a graph and back-propagates the linear
     surrogate ⟨∂L/∂A, A_chunk⟩ + ⟨∂L/∂b, b_chunk⟩ + …, whose gradient sums to the full one. Returns the loss.
     """
-    n = len(yt)
-    chunks = [(Xt[i:i + chunk_size], yt[i:i + chunk_size]) for i in range(0, n, chunk_size)]
+    chunks = [(Xt[i:i + chunk_size], yt[i:i + chunk_size]) for i in range(0, len(yt), chunk_size)]
     with torch.no_grad():
         stats, total_sq, max_sq = None, 0.0, -math.inf
         for X_c, y_c in chunks:
@@ -45,6 +48,11 @@ def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: 
             if trace_regulariser:
                 sq = (phi * phi).sum(-1).double()
                 total_sq, max_sq = total_sq + sq.sum(), max(max_sq, float(sq.max()))
+        stats = distributed.reduce_stats(stats)
+        if trace_regulariser:  # the max's subgradient goes to one point: on the lowest worker holding it
+            top, holds_max = distributed.maximum_and_holder(torch.tensor(max_sq, dtype=torch.float64))
+            max_sq, total_sq = float(top), distributed.total(torch.as_tensor(total_sq, dtype=torch.float64))
+    n = stats.n
     A, b = stats.A.clone().requires_grad_(True), stats.b.clone().requires_grad_(True)
     noise = module.noise()
     objective = ExactPosterior(GramStats(A, b, stats.c, n, stats.logdet_d), noise).log_marginal_likelihood()
@@ -54,7 +62,7 @@ def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: 
         objective = objective - (n * M - S) / (2 * noise.double())
     loss = -objective / n
     loss.backward()  # into σ² directly, and into A, b (and S, M) for the second pass
-    max_claimed = False
+    max_claimed = not (trace_regulariser and holds_max)
     for X_c, y_c in chunks:
         phi = module(X_c)
         part = gram_stats(phi, y_c, precision=gram_precision)
@@ -62,7 +70,7 @@ def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: 
         if trace_regulariser:
             sq = (phi * phi).sum(-1).double()
             surrogate = surrogate + S.grad * sq.sum()
-            if not max_claimed and float(sq.max()) == max_sq:  # the max's subgradient goes to one point
+            if not max_claimed and float(sq.max()) == max_sq:
                 surrogate, max_claimed = surrogate + M.grad * sq.max(), True
         surrogate.backward()
     return loss.item()

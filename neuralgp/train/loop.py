@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from neuralgp import distributed
+
 
 @dataclass
 class TrainLog:
@@ -27,23 +29,35 @@ class TrainLog:
 
 
 def minibatch_epoch(batch_loss, n: int, batch_size: int, generator: torch.Generator, optimizer,
-                    min_batch: int = 1) -> float:
+                    min_batch: int = 1, n_batches: int | None = None, after_backward=None) -> float:
     """One optimiser step per batch of a random permutation of range(n); returns the mean loss.
 
     ``batch_loss(idx)`` returns the loss tensor of a batch (NaN when it breaks down, which ends the epoch
     with NaN); batches smaller than ``min_batch`` are skipped (they join the next permutation).
+    Data-parallel workers give ``n_batches`` (the same on every worker: full batches drawn from as many
+    permutations as needed) and ``after_backward`` (the gradient all-reduce); a NaN on one worker ends the
+    epoch on all of them.
     """
+    size = min(batch_size, n)
+    if n_batches is None:
+        batches = torch.randperm(n, generator=generator).split(size)
+    else:
+        order = torch.cat([torch.randperm(n, generator=generator) for _ in range(-(-n_batches * size // n))])
+        batches = order[:n_batches * size].split(size)
     total = 0.0
-    for idx in torch.randperm(n, generator=generator).split(min(batch_size, n)):
+    for idx in batches:
         if len(idx) < min_batch:
             continue
         optimizer.zero_grad(set_to_none=True)
         loss = batch_loss(idx)
-        if not torch.isfinite(loss):
+        broken = not torch.isfinite(loss)
+        if distributed.any_worker(broken) if n_batches is not None else broken:
             return math.nan
         loss.backward()
+        if after_backward is not None:
+            after_backward()
         optimizer.step()
-        total += loss.item() * len(idx) / n
+        total += loss.item() * len(idx) / (n if n_batches is None else n_batches * size)
     return total
 
 
@@ -65,7 +79,8 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     log = TrainLog()
     best = _snapshot(module)
     start = time.perf_counter()
-    bar = tqdm(total=n_steps, desc=desc, unit=unit, disable=not verbose, leave=False, dynamic_ncols=True,
+    bar = tqdm(total=n_steps, desc=desc, unit=unit, disable=not verbose or not distributed.is_main(), leave=False,
+               dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
     try:
         if validate is not None:
@@ -77,13 +92,15 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
             loss = float(step())
             log.steps = i
             bar.update(1)
-            if not math.isfinite(loss):
+            # decisions that end the loop are taken together by all workers of a process group
+            broken, out_of_time = distributed.agree(
+                not math.isfinite(loss), max_seconds is not None and time.perf_counter() - start > max_seconds)
+            if broken:
                 if i == 1:
                     raise FloatingPointError("the training loss is not finite at the first step; "
                                              "check the data scale or lower the learning rate")
                 log.stopped_early = True
                 break
-            out_of_time = max_seconds is not None and time.perf_counter() - start > max_seconds
             check = i % eval_every == 0 or i == n_steps or out_of_time
             if validate is not None and check:
                 val = float(validate())

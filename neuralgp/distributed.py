@@ -1,0 +1,154 @@
+"""Training across processes on torch.distributed (gloo on CPU, NCCL on GPU) — no communication layer of our own.
+
+Every worker holds its own shard of the rows. Exact inference needs only sums of the engine's r×r statistics
+(ΦᵀΦ, Φᵀy, yᵀy) and of the network's gradients; mini-batch inference averages gradients (data parallel).
+Outside an initialised process group of more than one worker every helper here is the identity, so the
+single-process code path is unchanged.
+
+Launch: ``neuralgp fit … --nproc N`` (``launch``) or ``torchrun … -m neuralgp fit …``; the Python API takes a process
+group the caller initialised (``torch.distributed.init_process_group``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import uuid
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 300  # a collective that waits longer (a worker died) raises instead of hanging
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_distributed() -> bool:
+    return world()[1] > 1
+
+
+def is_main() -> bool:
+    """Whether this worker prints, writes results and saves models (rank 0)."""
+    return world()[0] == 0
+
+
+def _reduced(tensor: torch.Tensor, op) -> torch.Tensor:
+    out = tensor.detach().clone()
+    if is_distributed():
+        dist.all_reduce(out, op=op)
+    return out
+
+
+def total(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum over workers, differentiable into this worker's share: local + (Σ_workers local − local) held
+    constant, so that back-propagating a function of the total gives this worker's part of the full gradient."""
+    if not is_distributed():
+        return tensor
+    return tensor + (_reduced(tensor, dist.ReduceOp.SUM) - tensor.detach())
+
+
+def maximum(tensor: torch.Tensor) -> torch.Tensor:
+    """Element-wise max over workers (no gradient)."""
+    return _reduced(tensor, dist.ReduceOp.MAX) if is_distributed() else tensor
+
+
+def maximum_and_holder(local_max: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(max over workers of a scalar, whether this worker is the lowest-ranked one holding it): a max's
+    subgradient must reach one point, not one per worker."""
+    if not is_distributed():
+        return local_max, True
+    top = maximum(local_max)
+    rank, size = world()
+    candidate = torch.tensor(rank if bool(local_max.detach() == top) else size, dtype=torch.int64)
+    return top, int(_reduced(candidate, dist.ReduceOp.MIN)) == rank
+
+
+def total_count(n: int) -> int:
+    return int(_reduced(torch.tensor(n, dtype=torch.int64), dist.ReduceOp.SUM)) if is_distributed() else n
+
+
+def agree(*flags: bool) -> list[bool]:
+    """Each flag true when it is true on any worker (one all-reduce): decisions that end a loop must be the
+    same everywhere, or the others wait for a worker that has left."""
+    if not is_distributed():
+        return [bool(f) for f in flags]
+    return [bool(v > 0) for v in _reduced(torch.tensor([float(f) for f in flags]), dist.ReduceOp.MAX)]
+
+
+def any_worker(flag: bool) -> bool:
+    return agree(flag)[0]
+
+
+def reduce_stats(stats):
+    """The engine's ``GramStats`` summed over workers (every worker gets the same totals)."""
+    if not is_distributed():
+        return stats
+    from neuralgp.posterior.exact import GramStats
+    return GramStats(total(stats.A), total(stats.b), total(stats.c), total_count(stats.n), total(stats.logdet_d))
+
+
+def sum_gradients(parameters, average: bool = False):
+    """All-reduce the gradients of ``parameters`` in one flat buffer (a missing gradient counts as zero)."""
+    if not is_distributed():
+        return
+    params = [p for p in parameters if p.requires_grad]
+    if not params:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    if average:
+        flat /= world()[1]
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+
+
+def shard(n: int) -> slice:
+    """This worker's contiguous block of range(n) (sizes differ by at most one)."""
+    rank, size = world()
+    return slice(rank * n // size, (rank + 1) * n // size)
+
+
+def init_from_environment(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Join the process group that ``torchrun`` describes in the environment (RANK, WORLD_SIZE, MASTER_ADDR, …):
+    gloo for CPU, NCCL for CUDA. Returns False (and does nothing) when not started by a launcher."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return dist.is_initialized()
+    backend = "nccl" if str(device).startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return True
+
+
+def close():
+    """Leave the process group (at the end of a launched worker)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def launch(argv: list[str], nproc: int) -> int:
+    """Run ``python -m neuralgp ARGV`` in ``nproc`` local workers through torch's own launcher (what
+    ``torchrun --standalone --nproc-per-node N`` does; its API, so that our options never meet its parser).
+    Returns 0, or 1 when a worker failed (the launcher has stopped the others and printed the failure)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0)
+    try:
+        elastic_launch(config, entrypoint=sys.executable)("-m", "neuralgp", *argv)
+    except ChildFailedError as exc:
+        print(exc.format_msg(), file=sys.stderr)
+        return 1
+    return 0

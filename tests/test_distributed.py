@@ -1,0 +1,154 @@
+"""Two-process gloo tests on 127.0.0.1 (spawned here, bounded in time): distributed fits equal one-process fits."""
+
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from neuralgp import distributed
+from neuralgp.models import DBKRegressor, FMGPRegressor
+from neuralgp.posterior.exact import gram_stats
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _data(n=240, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n, d))
+    return X, np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.normal(size=n)
+
+
+DBK_EXACT = dict(rank=8, hidden=16, max_iter=40, eval_every=10, training_gram_precision="float64", verbose=False)
+# one epoch, one full batch per worker: the two workers' averaged step is the one-process step on all rows
+SVDBK_ONE_STEP = dict(rank=8, hidden=16, inference="svi", max_epochs=1, validation_fraction=0.0, verbose=False)
+
+
+def _worker(rank, port, out, timeout_s, task):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=__import__("datetime").timedelta(
+        seconds=timeout_s))
+    try:
+        task(rank, out)
+    finally:
+        distributed.close()
+
+
+def _fits(rank, out):
+    X, y = _data()
+    rows = distributed.shard(len(y))
+    phi = torch.as_tensor(X[rows] @ np.arange(9.0).reshape(3, 3))
+    stats = distributed.reduce_stats(gram_stats(phi, torch.as_tensor(y[rows])))
+    X_test = _data(50, seed=1)[0]
+    exact = DBKRegressor(**DBK_EXACT).fit(X[rows], y[rows])  # validation_fraction held out of each worker's rows
+    svi = DBKRegressor(**SVDBK_ONE_STEP, batch_size=len(y) // WORLD).fit(X[rows], y[rows])
+    try:
+        FMGPRegressor(verbose=False).fit(X[rows], y[rows])
+        refused = ""
+    except Exception as exc:  # noqa: BLE001 - the message is what is checked
+        refused = str(exc)
+    if rank == 0:
+        torch.save({"A": stats.A, "b": stats.b, "n": stats.n, "exact": exact.predict(X_test, return_std=True),
+                    "exact_steps": exact.n_iter_, "svi": svi.predict(X_test, return_std=True),
+                    "svi_state": svi.module_.state_dict(), "refused": refused}, out)
+
+
+def _dies(rank, out):
+    if rank == 1:
+        os._exit(3)  # a worker that dies before the first collective
+    start = time.perf_counter()
+    try:
+        distributed.total(torch.ones(3))
+        error = ""
+    except Exception as exc:  # noqa: BLE001
+        error = type(exc).__name__ + ": " + str(exc)
+    torch.save({"error": error, "seconds": time.perf_counter() - start}, out)
+
+
+def _spawn(task, out, timeout_s=60) -> list[int]:
+    """Run ``task`` in WORLD spawned workers; their exit codes (a worker still alive after 3 × timeout_s is a hang)."""
+    ctx, port = mp.get_context("spawn"), _free_port()
+    procs = [ctx.Process(target=_worker, args=(rank, port, str(out), timeout_s, task)) for rank in range(WORLD)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 3 * timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    hung = [p for p in procs if p.is_alive()]
+    for p in hung:
+        p.kill()
+    assert not hung, "a worker hung"
+    return [p.exitcode for p in procs]
+
+
+def test_two_workers_fit_what_one_process_fits_on_all_rows(tmp_path):
+    assert _spawn(_fits, tmp_path / "out.pt") == [0, 0]
+    got = torch.load(tmp_path / "out.pt", weights_only=False)
+    X, y = _data()
+    X_test = _data(50, seed=1)[0]
+    phi = torch.as_tensor(X @ np.arange(9.0).reshape(3, 3))
+    stats = gram_stats(phi, torch.as_tensor(y))
+    assert got["n"] == len(y)
+    torch.testing.assert_close(got["A"], stats.A, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(got["b"], stats.b, rtol=1e-12, atol=1e-10)
+    # the one-process fit on the rows the workers trained and validated on (each held out 10 % of its own rows)
+    halves = [slice(0, len(y) // 2), slice(len(y) // 2, len(y))]
+    parts = [DBKRegressor()._hold_out_validation(X[h], y[h]) for h in halves]
+    X_tr, y_tr, X_val, y_val = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    exact = DBKRegressor(**DBK_EXACT).fit(X_tr, y_tr, X_val, y_val)
+    assert got["exact_steps"] == exact.n_iter_
+    for a, b in zip(got["exact"], exact.predict(X_test, return_std=True)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    svi = DBKRegressor(**SVDBK_ONE_STEP, batch_size=len(y)).fit(X, y)
+    for name, value in svi.module_.state_dict().items():
+        torch.testing.assert_close(got["svi_state"][name], value, rtol=1e-4, atol=1e-6)
+    for a, b in zip(got["svi"], svi.predict(X_test, return_std=True)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert "does not train across processes" in got["refused"] and "dbk" in got["refused"]
+
+
+def test_a_dead_worker_gives_an_error_not_a_hang(tmp_path):
+    assert _spawn(_dies, tmp_path / "out.pt", timeout_s=20) == [0, 3]
+    got = torch.load(tmp_path / "out.pt", weights_only=False)
+    assert got["error"] and got["seconds"] < 25
+
+
+def _cli_fit(*extra) -> dict:
+    import json
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "300", "--model", "dbk",
+           "--max-iter", "5", "--gram-precision", "float64", "--json", "--quiet", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)  # only rank 0 prints
+
+
+def test_cli_nproc_2_fits_what_one_process_fits():
+    one, two = _cli_fit(), _cli_fit("--nproc", "2")
+    assert two["workers"] == 2 and "workers" not in one
+    for key in ("rmse", "nll", "coverage_95", "noise_variance"):
+        assert two[key] == pytest.approx(one[key], rel=1e-5), key
+
+
+def test_scaleout_suite_quick_statistics_equal_across_worker_counts():
+    from neuralgp.bench.suites.scaleout import format_scaleout, scaleout
+    res = scaleout(quick=True)
+    assert {"1 worker, 1 thread", "2 workers, 1 thread each"} <= set(res["runs"])
+    for run in res["runs"].values():
+        assert run["stats_max_rel_diff_vs_1_worker"] < 1e-12
+        assert run["strong_stats_s"] > 0 and run["train_step_s"] > 0
+    assert res["runs"]["2 workers, 1 thread each"]["weak_n"] == 2 * res["plan"]["n_per_worker"]
+    assert "speed-up" in format_scaleout(res)
