@@ -37,9 +37,9 @@ def _rows(start: int, stop: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
         g = torch.Generator().manual_seed(seed * 1_000_003 + block)
         X = torch.rand(ROW_BLOCK, D, generator=g) * 2 - 1
         y = torch.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.1 * torch.randn(ROW_BLOCK, generator=g)
-        lo, hi = max(start, block * ROW_BLOCK) - block * ROW_BLOCK, min(stop, (block + 1) * ROW_BLOCK) - block * ROW_BLOCK
-        Xs.append(X[lo:hi])
-        ys.append(y[lo:hi])
+        first = block * ROW_BLOCK
+        Xs.append(X[max(start, first) - first:min(stop, first + ROW_BLOCK) - first])
+        ys.append(y[max(start, first) - first:min(stop, first + ROW_BLOCK) - first])
     return torch.cat(Xs), torch.cat(ys).double()
 
 
@@ -120,9 +120,10 @@ def scaleout(quick: bool = False, seed: int = 0) -> dict:
     if cores >= 2:
         configs.insert(1, (f"1 worker, {min(cores, 2)} threads", 1, min(cores, 2)))
     runs = {name: _run(world, threads, plan) for name, world, threads in configs}
-    ref = torch.tensor(runs[configs[0][0]]["A"])
+    ref = torch.tensor(runs[configs[0][0]]["A"], dtype=torch.float64)
     for run in runs.values():
-        run["stats_max_rel_diff_vs_1_worker"] = float((torch.tensor(run.pop("A")) - ref).abs().max() / ref.abs().max())
+        diff = torch.tensor(run.pop("A"), dtype=torch.float64) - ref
+        run["stats_max_rel_diff_vs_1_worker"] = float(diff.abs().max() / ref.abs().max())
         run.pop("b")
     base = runs[configs[0][0]]
     two = runs["2 workers, 1 thread each"]
