@@ -30,6 +30,10 @@ class SavedModel:
     param_rules: dict = {}  # hyper-parameter → rule(s), checked when fit starts (neuralgp.params)
     _fitted_attribute = "x_scaler_"
 
+    def supports_distributed(self) -> bool:
+        """Whether ``fit`` trains across the workers of an initialised process group (``neuralgp.distributed``)."""
+        return False
+
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, self._fitted_attribute)
 
@@ -58,6 +62,15 @@ class SavedModel:
         return model
 
 
+def _refuse_process_group(model):
+    """A clear error, not silently independent fits, when a model that cannot train across workers meets a
+    process group."""
+    if distributed.is_distributed() and not model.supports_distributed():
+        raise InputError(f"{type(model).__name__} does not train across processes (a process group of "
+                         f"{distributed.world()[1]} workers is initialised); fit it in one process, or use "
+                         "dbk, svdbk or dak regression, which do (docs/distributed.md)")
+
+
 class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     """Subclasses implement ``_fit_scaled(X, y, X_val, y_val)`` and ``_predict_scaled(X) -> (mean, var_f, var_y)``
     on scaled float64 arrays, and ``_fitted_state()`` / ``_restore(state)`` for save and load."""
@@ -72,10 +85,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and then ``recalibrate`` (when ``recalibrates_on_validation()`` and the validation part has at least
         ``MIN_RECALIBRATION_POINTS`` rows)."""
         check_params(self)
-        if distributed.is_distributed() and not self.supports_distributed():
-            raise InputError(f"{type(self).__name__} does not train across processes (a process group of "
-                             f"{distributed.world()[1]} workers is initialised); fit it in one process, or use "
-                             "dbk, svdbk or dak, which do")
+        _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
         xn, yn = self.validation_names
         if (X_val is None) != (y_val is None):
@@ -104,10 +114,6 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 
     validation_fraction = 0.0
     validation_names = ("X_val", "y_val")  # what ``fit`` calls its third and fourth arguments, for errors
-
-    def supports_distributed(self) -> bool:
-        """Whether ``fit`` trains across the workers of an initialised process group (``neuralgp.distributed``)."""
-        return False
 
     def recalibrates_on_validation(self) -> bool:
         """Whether ``fit`` recalibrates the variances on the validation part (FM-GP Algorithm 1; the GPyTorch
@@ -202,6 +208,7 @@ class NeuralGPClassifier(SavedModel, ClassifierMixin, BaseEstimator):
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Fit on (X, y); with (X_cal, y_cal) also the softmax temperature (``calibrate_temperature``)."""
         check_params(self)
+        _refuse_process_group(self)
         X, y = check_labels(X, y, owner=type(self).__name__)
         if (X_cal is None) != (y_cal is None):
             raise InputError("give both X_cal and y_cal, or neither")
