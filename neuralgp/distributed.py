@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import sys
 import uuid
 
@@ -117,6 +118,13 @@ def shard(n: int) -> slice:
     """This worker's contiguous block of range(n) (sizes differ by at most one)."""
     rank, size = world()
     return slice(rank * n // size, (rank + 1) * n // size)
+
+
+def free_local_port() -> int:
+    """A free TCP port on 127.0.0.1 for a single-machine rendezvous (tests, ``bench scaleout``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def init_from_environment(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:

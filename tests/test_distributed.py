@@ -1,7 +1,6 @@
 """Two-process gloo tests on 127.0.0.1 (spawned here, bounded in time): distributed fits equal one-process fits."""
 
 import os
-import socket
 import time
 
 import numpy as np
@@ -16,11 +15,6 @@ from neuralgp.posterior.exact import gram_stats
 
 WORLD = 2
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _data(n=240, d=3, seed=0):
@@ -78,7 +72,7 @@ def _dies(rank, out):
 
 def _spawn(task, out, timeout_s=60) -> list[int]:
     """Run ``task`` in WORLD spawned workers; their exit codes (a worker still alive after 3 × timeout_s is a hang)."""
-    ctx, port = mp.get_context("spawn"), _free_port()
+    ctx, port = mp.get_context("spawn"), distributed.free_local_port()
     procs = [ctx.Process(target=_worker, args=(rank, port, str(out), timeout_s, task)) for rank in range(WORLD)]
     for p in procs:
         p.start()

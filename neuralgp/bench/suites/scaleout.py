@@ -9,7 +9,6 @@ import datetime
 import json
 import os
 import resource
-import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -93,17 +92,12 @@ def _worker(rank: int, world: int, port: int, threads: int, plan: dict, out: str
         distributed.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _run(world: int, threads: int, plan: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "result")
-        ctx = mp.start_processes(_worker, args=(world, _free_port(), threads, plan, out), nprocs=world,
-                                 join=False, start_method="spawn")
+        ctx = mp.start_processes(_worker, args=(world, distributed.free_local_port(), threads, plan, out),
+                                 nprocs=world, join=False, start_method="spawn")
         while not ctx.join():
             pass
         results = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(world)]
