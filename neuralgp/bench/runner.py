@@ -127,6 +127,17 @@ def environment() -> dict:
             "commit": source_commit(), "command": shlex.join(["neuralgp", *sys.argv[1:]])}
 
 
+def write_timing(out, name: str, result: dict, keys=("commit", "command")) -> dict:
+    """Stamp a timing suite's result with ``keys`` of ``environment()`` and, when ``out`` is given, write it
+    atomically to ``OUT/NAME.json``; returns the result."""
+    from neuralgp.io import write_atomic
+    result.update({k: v for k, v in environment().items() if k in keys})
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(out) / f"{name}.json", lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
+    return result
+
+
 def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []

@@ -3,13 +3,11 @@ an equal time budget, Figure 3 (cost against n) and the speed of one training st
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,9 +15,8 @@ from torch import nn
 
 from neuralgp import datasets
 from neuralgp.bench.report import GROUPED, SCALING
-from neuralgp.bench.runner import Suite, environment
+from neuralgp.bench.runner import Suite, write_timing
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.io import write_atomic
 from neuralgp.models import DBKRegressor, ExactGPRegressor, GPyTorchDBKRegressor
 from neuralgp.posterior import PRECISIONS, ExactPosterior, exact_objective, gram_stats
 from neuralgp.registry import factory
@@ -104,13 +101,8 @@ class SpeedSuite:
     name: str = "dbk-speed"
 
     def run(self, out, seed: int = 0, root=None, depth: int | None = None, **_) -> dict:
-        result = dbk_speed(seed=seed, root=root, **({} if depth is None else {"depth": depth}))
-        result.update({k: v for k, v in environment().items() if k in ("commit", "command")})
-        if out is not None:
-            Path(out).mkdir(parents=True, exist_ok=True)
-            write_atomic(Path(out) / "dbk-speed.json",
-                         lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
-        return result
+        return write_timing(out, self.name,
+                            dbk_speed(seed=seed, root=root, **({} if depth is None else {"depth": depth})))
 
     @staticmethod
     def format(result: dict) -> str:

@@ -19,8 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from neuralgp import distributed
-from neuralgp.bench.runner import environment
-from neuralgp.io import write_atomic
+from neuralgp.bench.runner import write_timing
 from neuralgp.models import DBKRegressor
 from neuralgp.posterior import accumulate_stats
 from neuralgp.posterior.objectives import exact_objective
@@ -149,14 +148,8 @@ class ScaleoutSuite:
     name: str = "scaleout"
 
     def run(self, out, seed: int = 0, quick: bool = False, **_) -> dict:
-        result = scaleout(quick=quick, seed=seed)
-        result.update({k: v for k, v in environment().items() if k in ("commit", "command", "machine", "cpu_count",
-                                                                        "torch")})
-        if out is not None:
-            Path(out).mkdir(parents=True, exist_ok=True)
-            write_atomic(Path(out) / "scaleout.json",
-                         lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
-        return result
+        return write_timing(out, self.name, scaleout(quick=quick, seed=seed),
+                            keys=("commit", "command", "machine", "cpu_count", "torch"))
 
     @staticmethod
     def format(result: dict) -> str:
