@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import json
 import os
 import sys
@@ -69,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--lr", type=float, default=None, help="Adam learning rate (model default)")
     f.add_argument("--n", type=int, default=None, help="training size for synthetic/step1d")
     f.add_argument("--target", default="-1", help="target column of a CSV file (name or index, default last)")
+    f.add_argument("--targets", default=None, metavar="Y.npy",
+                   help="with --dataset X.npy: the targets, one per row. Data larger than memory: the model is "
+                        "fitted on --train-rows sampled rows, its posterior conditioned on every training row "
+                        "streamed from disk (dbk, dak-exact, fmgp), and tested on the last --test-rows rows")
+    f.add_argument("--train-rows", type=_positive_int, default=20000,
+                   help="with --targets: rows sampled to train the feature map (default 20000)")
+    f.add_argument("--test-rows", type=_positive_int, default=None,
+                   help="with --targets: the last rows of the file, held out for testing (default n/10, at most "
+                        "100000)")
     f.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     f.add_argument("--max-time", type=float, default=None,
                    help="wall-clock budget in seconds; training validates once more and stops")
@@ -81,11 +89,12 @@ def _parser() -> argparse.ArgumentParser:
                         "on its own block of rows: dbk, svdbk, dak (default 1); on several machines start "
                         "`torchrun --nnodes … -m neuralgp fit …` instead (docs/distributed.md)")
 
-    pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV file")
+    pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV or .npy file, a chunk at a time")
     pr.add_argument("model_file")
-    pr.add_argument("input_csv", help="CSV with the model's input columns (a header line is optional)")
+    pr.add_argument("input", help="CSV with the model's input columns (a header line is optional) or an (n, d) .npy")
     pr.add_argument("--output", required=True,
-                    help="CSV to write: columns mean,std (regressors) or label,p_<class>… (classifiers)")
+                    help="file to write, .csv: columns mean,std (regressors) or label,p_<class>… (classifiers); "
+                         ".npy: the same numbers as an (n, k) float64 array (no label)")
 
     from neuralgp.bench.suites import SUITES
     b = sub.add_parser("bench", help="benchmark suites (long; results are written with their command)")
@@ -174,16 +183,20 @@ def _fit_and_report(args, main_worker: bool):
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise NeuralGPError(f"--out {out} exists and is not a folder")
-    ds = datasets.load(args.dataset, split=args.split, seed=args.seed, root=args.data_root, n=args.n,
-                       target=args.target)
-    cls = registry.estimator_class(args.model, ds.task)
-    model = registry.build(args.model, ds.task, **_model_params(args, cls, ds.n_features))
-    evaluate = evaluate_regression if ds.task == "regression" else evaluate_classification
+    if args.dataset.endswith(".npy") or args.targets is not None:
+        model, split, metrics = _fit_streamed(args)
+    else:
+        ds = datasets.load(args.dataset, split=args.split, seed=args.seed, root=args.data_root, n=args.n,
+                           target=args.target)
+        cls = registry.estimator_class(args.model, ds.task)
+        model = registry.build(args.model, ds.task, **_model_params(args, cls, ds.n_features))
+        evaluate = evaluate_regression if ds.task == "regression" else evaluate_classification
+        split, metrics = ds.split, evaluate(model, ds)
     params = {k: v for k, v in model.get_params().items() if v is None or isinstance(v, (bool, int, float, str))}
     if hasattr(model, "uses_normalized_features"):
         params["normalize_features"] = model.uses_normalized_features()
-    result = {"dataset": args.dataset, "model": args.model, "estimator": cls.__name__, "split": ds.split,
-              "seed": args.seed, "device": args.device, "params": params, **evaluate(model, ds)}
+    result = {"dataset": args.dataset, "model": args.model, "estimator": type(model).__name__, "split": split,
+              "seed": args.seed, "device": args.device, "params": params, **metrics}
     if distributed.is_distributed():
         result["workers"] = distributed.world()[1]
     if not main_worker:  # only rank 0 prints, writes results and saves the model
@@ -206,34 +219,37 @@ def _fit_and_report(args, main_worker: bool):
             print(f"saved {out / 'model.pt'}")
 
 
+def _fit_streamed(args):
+    """``fit --dataset X.npy --targets Y.npy``: rows read from disk in chunks (``evaluate_streaming``)."""
+    from neuralgp import registry
+    from neuralgp.bench.evaluate import evaluate_streaming
+    from neuralgp.datasets.rows import NpyRows
+    if not (args.dataset.endswith(".npy") and args.targets and args.targets.endswith(".npy")):
+        raise NeuralGPError("streamed rows need --dataset X.npy and --targets Y.npy (numpy.save files); "
+                            "for a CSV file give --dataset FILE.csv without --targets")
+    rows = NpyRows(args.dataset, args.targets)
+    test_rows = args.test_rows or max(1, min(rows.n_rows // 10, 100000))
+    cls = registry.estimator_class(args.model, "regression")
+    model = registry.build(args.model, "regression", **_model_params(args, cls, rows.n_features))
+    split = f"last {test_rows} rows tested; {args.train_rows} sampled rows trained; all others streamed"
+    return model, split, evaluate_streaming(model, rows, args.train_rows, test_rows, args.seed)
+
+
 def _write_atomic(path: Path, text: str):
     from neuralgp.io import write_atomic
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, newline=""))
 
 
 def _cmd_predict(args):
-    import io
-
-    from neuralgp.datasets.readers import read_features_csv
+    from neuralgp.datasets.rows import CsvRows, NpyRows
     from neuralgp.io import load
     model = load(args.model_file)
-    X = read_features_csv(args.input_csv)
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    if hasattr(model, "predict_proba"):  # a classifier: the label and one probability column per class
-        proba = model.predict_proba(X)
-        writer.writerow(["label"] + [f"p_{c}" for c in model.classes_])
-        writer.writerows([label, *row] for label, row in zip(model.classes_[proba.argmax(1)].tolist(), proba.tolist()))
-        mean = proba
-    else:
-        mean, std = model.predict(X, return_std=True)
-        writer.writerow(["mean", "std"])
-        writer.writerows(zip(mean.tolist(), std.tolist()))
-    output = Path(args.output)
-    if not output.parent.is_dir():
-        raise NeuralGPError(f"folder {output.parent} for --output does not exist")
-    _write_atomic(output, buf.getvalue())
-    print(f"wrote {len(mean)} predictions to {output}")
+    rows = NpyRows(args.input) if args.input.endswith(".npy") else CsvRows(args.input, target=None)
+    if rows.n_features != model.n_features_in_:
+        raise NeuralGPError(f"{args.input} has {rows.n_features} columns but the model takes "
+                            f"{model.n_features_in_} features")
+    output = model.predict_rows(rows, args.output)
+    print(f"wrote {rows.n_rows} predictions to {output}")
 
 
 def _cmd_bench(args):

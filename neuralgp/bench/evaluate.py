@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from neuralgp import distributed
+from neuralgp.errors import DataError
 from neuralgp.metrics import classification_report, coverage, nll, regression_report, rmse
 
 
@@ -56,6 +57,40 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
         report[f"{stage}_seconds"] = seconds
+    return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}
+
+
+def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int = 0) -> dict:
+    """Data larger than memory: the last ``test_rows`` rows of the source are the test part; the model is fitted on
+    ``train_rows`` rows sampled from the rest (in a process group each worker its shard of that sample), its
+    posterior then conditioned on every training row streamed from the source (``fit_posterior``; each worker
+    reads its shard), and scored on the test part (read into memory) with targets standardised by the model's
+    target scaler (fitted on the sample)."""
+    n_train = rows.n_rows - test_rows
+    if test_rows < 1 or n_train < 2:
+        raise DataError(f"--test-rows {test_rows} leaves no training rows of {rows.n_rows}, or no test rows")
+    train, test = rows.part(0, n_train), rows.part(n_train, rows.n_rows)
+    t0 = time.perf_counter()
+    X, y = train.sample(min(train_rows, n_train), seed)
+    own = distributed.shard(len(y))
+    model.fit(X[own], y[own])
+    del X, y
+    fit_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model.fit_posterior(train)
+    posterior_seconds = time.perf_counter() - t0
+    X_test, y_test = (np.concatenate(parts) for parts in zip(*test.chunks(shard=False)))
+    t0 = time.perf_counter()
+    mean, std = model.predict(X_test, return_std=True)
+    predict_seconds = time.perf_counter() - t0
+    mu, sd = float(model.y_scaler_.shift_[0]), model._y_scale
+    report = regression_report((y_test - mu) / sd, (mean - mu) / sd, std / sd)
+    report.update(rmse_original=rmse(y_test, mean), nll_original=nll(y_test, mean, std),
+                  train_seconds=fit_seconds, posterior_seconds=posterior_seconds, predict_seconds=predict_seconds,
+                  iterations=int(getattr(model, "n_iter_", 0)), n_sample=min(train_rows, n_train),
+                  n_posterior_rows=model.n_posterior_rows_, n_test=test_rows,
+                  noise_variance=float(model.noise_variance_) / sd ** 2,
+                  variance_scale=float(model.variance_scale), target_scale="standardized by the sample's mean/std")
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}
 
 

@@ -125,24 +125,6 @@ def read_csv(path, target=-1):
     return X, table[:, col], names
 
 
-def read_features_csv(path):
-    """Inputs only (no target) for ``neuralgp predict``: every column is a feature."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"input file {path} does not exist")
-    with _open_text(path) as fh:
-        rows = [r for r in csv.reader(fh) if r]
-    if rows and any(not _is_number(v) for v in rows[0]):
-        rows = rows[1:]
-    try:
-        X = np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
-    except ValueError:
-        raise DataError(f"{path}: non-numeric values; every column must be a number") from None
-    if X.ndim != 2 or len(X) == 0:
-        raise DataError(f"{path}: no rows of equal width found")
-    return X
-
-
 def _is_header(rows: list, label_col: int) -> bool:
     """The UCI originals have no header line; copies that add one (letter's "Letter,1,2,…") are recognised by
     a non-numeric input value or a label that no other row has."""

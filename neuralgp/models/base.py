@@ -8,7 +8,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from neuralgp import distributed
-from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS
+from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS, row_slices
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
@@ -40,6 +40,12 @@ class SavedModel:
     def _check_fitted(self):
         if not self.__sklearn_is_fitted__():
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    def predict_rows(self, rows, out, chunk_rows: int | None = None):
+        """Predict every row of a row source (``neuralgp.datasets.rows``) into ``out`` (``.npy`` or ``.csv``), a
+        chunk at a time: memory flat in the number of rows (``neuralgp.streaming.predict_rows``)."""
+        from neuralgp.streaming import predict_rows
+        return predict_rows(self, rows, out, chunk_rows)
 
     def save(self, path):
         """Save everything needed to predict (not the training data, unless the method needs it) to ``path``."""
@@ -129,6 +135,53 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         perm = np.random.default_rng(self.seed).permutation(len(y))
         val, tr = perm[:n_val], perm[n_val:]
         return X[tr], y[tr], X[val], y[val]
+
+    # -- conditioning on rows streamed from disk --------------------------------------------------------
+    def conditions_on_rows(self) -> bool:
+        """Whether the posterior is exact given the feature map, so that ``fit_posterior`` can recompute it from
+        any rows (DBK and DAK with exact inference, FM-GP)."""
+        return False
+
+    def fit_posterior(self, rows, chunk_rows: int | None = None):
+        """Condition the fitted model's posterior on every row of ``rows`` (a ``neuralgp.datasets.rows`` source:
+        ``NpyRows``, ``CsvRows``, ``ArrayRows``), read ``chunk_rows`` at a time: O(chunk·r + r²) memory whatever
+        the number of rows. The feature map, σ², the scalers and ``variance_scale`` stay as fitted; only the
+        statistics ΦᵀΦ, Φᵀy (and DBK's M_X) are recomputed. In a process group each worker reads its own shard
+        and the statistics are summed. For data larger than memory: ``fit`` on ``rows.sample(m)``, then this."""
+        from neuralgp.datasets.rows import RowSource
+        self._check_fitted()
+        if not self.conditions_on_rows():
+            raise InputError(f"{type(self).__name__} has no exact posterior to recompute from streamed rows; use "
+                             "dbk, dak-exact or fmgp (a variational posterior is learned, not computed)")
+        if not isinstance(rows, RowSource) or not rows.has_targets:
+            raise InputError("fit_posterior needs a row source with targets, e.g. "
+                             "neuralgp.datasets.rows.NpyRows('X.npy', 'y.npy')")
+        if rows.n_features != self.n_features_in_:
+            raise InputError(f"the rows have {rows.n_features} features but {type(self).__name__} was fitted "
+                             f"with {self.n_features_in_}")
+        if rows.n_rows < distributed.world()[1]:
+            raise InputError(f"{rows.n_rows} rows cannot be shared by {distributed.world()[1]} workers")
+        device = getattr(self, "device", "cpu")
+
+        def chunks():  # checked and scaled chunk by chunk, as fit checks and scales X and y
+            for X, y in rows.chunks(chunk_rows):
+                X = self.x_scaler_.transform(check_X(X, name="rows X", owner=type(self).__name__))
+                y = check_X(y[:, None], name="rows y", owner=type(self).__name__)
+                yield self._tensor(X, device=device), self._tensor(self.y_scaler_.transform(y)[:, 0],
+                                                                    torch.float64, device)
+        self._condition(chunks)  # assigns the new posterior only once every row is read
+        self.n_posterior_rows_ = rows.n_rows
+        return self
+
+    def _condition(self, chunks):
+        """Replace the posterior by the one given all rows of ``chunks()`` (scaled (X, y) tensor chunks)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _in_memory(Xt, yt):
+        """Training tensors as the chunk source ``_condition`` reads: a zero-argument callable giving (X, y) row
+        chunks (rows streamed from disk take the same form)."""
+        return lambda: ((Xt[rows], yt[rows]) for rows in row_slices(len(Xt)))
 
     @property
     def _y_scale(self) -> float:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from neuralgp import distributed
 from neuralgp.chunking import map_rows
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP, ConstantNorm, ProductFeatures, SumFeatures
@@ -22,7 +23,7 @@ from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION,
                              int_tuple, one_of)
-from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats
+from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats, stream_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, train, training_subsets
@@ -184,10 +185,17 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
                 return ExactPosterior(gram_stats(psi, yt[idx]), m.noise(), m.outputscale()).log_marginal_likelihood()
 
             self._train_on_subsets(Xt, len(yt), subset_lml)
-        with torch.no_grad():
-            stats = accumulate_stats(m, Xt, yt)
-            self.posterior_ = ExactPosterior(stats, m.noise().detach(), m.outputscale().detach())
+        self._condition(self._in_memory(Xt, yt))
         return self
+
+    def conditions_on_rows(self) -> bool:
+        return True
+
+    def _condition(self, chunks):
+        m = self.module_
+        with torch.no_grad():
+            stats = distributed.reduce_stats(stream_stats(m, chunks()))
+            self.posterior_ = ExactPosterior(stats, m.noise().detach(), m.outputscale().detach())
 
     def _predict_scaled(self, X):
         psi = self._features_scaled(self._tensor(X, device=self.device))

@@ -14,7 +14,7 @@ from neuralgp import distributed
 from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
 from neuralgp.metrics import LOG_2PI
 from neuralgp.models.base import MIN_RECALIBRATION_POINTS, NeuralGPRegressor
-from neuralgp.posterior import ExactPosterior, GaussianLikelihood, accumulate_stats, elbo, make_weight_posterior
+from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_weight_posterior, stream_stats
 from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
 from neuralgp.posterior.positive import Positive
@@ -77,7 +77,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             self._prepare(Xt, yt)
             fit = self._fit_exact if self._is_exact() else self._fit_svi
             self.train_log_ = fit(Xt, yt, val)
-        self._cache_posterior(Xt, yt)
+        self._cache_posterior(self._in_memory(Xt, yt))
         self.n_iter_ = self.train_log_.steps
         return self
 
@@ -122,7 +122,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         validate = None
         if val is not None:
             def validate():
-                posterior, max_var = self._exact_posterior(Xt, yt)
+                posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
@@ -154,36 +154,45 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         validate = None
         if val is not None:
             def validate():
-                max_var = self._max_prior_variance(Xt)
+                max_var = self._max_prior_variance(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var))
         return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
                      max_seconds=self.max_time)
 
     # -- posterior ---------------------------------------------------------------------------------
-    def _max_prior_variance(self, Xt) -> torch.Tensor | None:
-        """M_X = max_j ‖φ(x_j)‖² over the whole training set (None without the variance correction)."""
+    def _max_prior_variance(self, chunks) -> torch.Tensor | None:
+        """M_X = max_j ‖φ(x_j)‖² over every training row (None without the variance correction)."""
         if not self.uses_variance_correction():
             return None
+        top = torch.tensor(-math.inf, dtype=torch.float64, device=self.device)
         with torch.no_grad():
-            return distributed.maximum(map_rows(lambda X: (self.module_(X).double() ** 2).sum(-1).max().reshape(1),
-                                                Xt).max())
+            for X, _ in chunks():
+                top = torch.maximum(top, (self.module_(X).double() ** 2).sum(-1).max())
+        return distributed.maximum(top)
 
-    def _exact_posterior(self, Xt, yt):
+    def _exact_posterior(self, chunks):
+        """N(w | all rows) with the current feature map and σ²: DBK's M_X in one pass, the statistics in another."""
         m = self.module_
         with torch.no_grad():
             noise = m.noise().detach()
-            max_var = self._max_prior_variance(Xt)
+            max_var = self._max_prior_variance(chunks)
             scale_fn = None if max_var is None else (lambda phi: correction_scale(phi, noise, max_var))
-            stats = distributed.reduce_stats(accumulate_stats(m, Xt, yt, scale_fn))
+            stats = distributed.reduce_stats(stream_stats(m, chunks(), scale_fn))
             return ExactPosterior(stats, noise), max_var
 
-    def _cache_posterior(self, Xt, yt):
+    def _cache_posterior(self, chunks):
         self.module_.eval()
         if self._is_exact():
-            self.posterior_, self.max_prior_variance_scaled_ = self._exact_posterior(Xt, yt)
+            self.posterior_, self.max_prior_variance_scaled_ = self._exact_posterior(chunks)
         else:
-            self.posterior_, self.max_prior_variance_scaled_ = self.module_.q, self._max_prior_variance(Xt)
+            self.posterior_, self.max_prior_variance_scaled_ = self.module_.q, self._max_prior_variance(chunks)
+
+    def conditions_on_rows(self) -> bool:
+        return self._is_exact()
+
+    def _condition(self, chunks):
+        self._cache_posterior(chunks)
 
     def _predict_torch(self, Xt, posterior, max_var):
         """(mean, var_f, var_y) on the scaled target, as float64 tensors."""

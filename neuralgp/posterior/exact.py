@@ -144,17 +144,24 @@ def gram_stats(phi: torch.Tensor, y: torch.Tensor, noise_scale: torch.Tensor | N
 
 def accumulate_stats(feature_fn, X: torch.Tensor, y: torch.Tensor, noise_scale_fn=None,
                      chunk_size: int | None = None, stats_fn=gram_stats) -> GramStats:
-    """Sum ``stats_fn`` over row chunks in float64 without keeping any graph: O(chunk·r) memory.
+    """``stream_stats`` over consecutive row chunks of the tensors X, y (``chunk_size`` rows each)."""
+    return stream_stats(feature_fn, ((X[rows], y[rows]) for rows in row_slices(X.shape[0], chunk_size)),
+                        noise_scale_fn, stats_fn)
+
+
+def stream_stats(feature_fn, chunks, noise_scale_fn=None, stats_fn=gram_stats) -> GramStats:
+    """Sum ``stats_fn`` over (X, y) chunks in float64 without keeping any graph: O(chunk·r) memory, whatever the
+    number of chunks (an in-memory data set, or rows streamed from disk: ``neuralgp.datasets.rows``).
 
     ``feature_fn(X_chunk) -> Φ_chunk``; ``noise_scale_fn(Φ_chunk) -> d_chunk`` (optional);
     ``stats_fn(Φ_chunk, y_chunk[, d_chunk])`` is ``gram_stats`` or another statistic that sums with ``+``.
     """
     total = None
     with torch.no_grad():
-        for rows in row_slices(X.shape[0], chunk_size):
-            phi = feature_fn(X[rows])
+        for X, y in chunks:
+            phi = feature_fn(X)
             scale = () if noise_scale_fn is None else (noise_scale_fn(phi),)
-            part = stats_fn(phi, y[rows], *scale)
+            part = stats_fn(phi, y, *scale)
             total = part if total is None else total + part
     return total
 
