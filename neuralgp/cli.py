@@ -81,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--max-time", type=float, default=None,
                    help="wall-clock budget in seconds; training validates once more and stops")
     f.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    f.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="save the training state to PATH every --checkpoint-every steps (dbk, svdbk, dak); a "
+                        "killed job continues with --resume; the file is removed when the fit ends")
+    f.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
+                   help="steps (iterations or epochs) between checkpoints (default 100)")
+    f.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint when it exists (the same command line), ending as an "
+                        "uninterrupted run would")
     f.add_argument("--out", default=None, help="folder to save model.pt and metrics.json")
     f.add_argument("--json", action="store_true", help="print metrics as JSON")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -162,6 +170,15 @@ def _model_params(args, cls: type, in_dim: int) -> dict:
         if not sep or not key:
             raise NeuralGPError(f"--param {item!r}: write NAME=VALUE, e.g. --param num_inducing=256")
         params[key] = _literal(value)
+    if args.checkpoint is not None:
+        if "checkpoint" not in names:
+            raise NeuralGPError(f"--checkpoint: {cls.__name__} does not write checkpoints; dbk, svdbk and dak do")
+        path = Path(args.checkpoint)
+        if not args.resume and (path.exists() or any(path.parent.glob(path.name + ".rank*"))):
+            raise NeuralGPError(f"checkpoint {path} exists: add --resume to continue that fit, or delete it")
+        params.update(checkpoint=str(path), checkpoint_every=args.checkpoint_every)
+    elif args.resume:
+        raise NeuralGPError("--resume needs --checkpoint PATH (the file the interrupted run wrote)")
     if in_dim == 1 and "backbone" in names and "backbone" not in params:
         params["backbone"] = "mlp"  # the DBK paper's synthetic backbone
     return params

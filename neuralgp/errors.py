@@ -145,3 +145,7 @@ def check_labels(X, y, x_name: str = "X", y_name: str = "y", min_classes: int = 
 
 class ResourceLimitError(NeuralGPError):
     """A model that would not fit in its memory budget (``max_memory_gb``); benchmarks record it like a paper's '−'."""
+
+
+class CheckpointError(NeuralGPError):
+    """A training checkpoint that cannot be resumed: unreadable, or written by another fit."""

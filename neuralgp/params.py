@@ -8,6 +8,8 @@ value given.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Callable
@@ -62,6 +64,8 @@ SEED = integer(0)
 # what every neuralgp estimator takes where it means something
 VALIDATION_FRACTION = Rule(lambda v: isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) and 0 <= v < 1,
                            "a number in [0, 1)")
+PATH = Rule(lambda v: isinstance(v, (str, os.PathLike)) and str(v) != "", "a file path")
+CHECKPOINT_RULES = {"checkpoint": (NONE, PATH), "checkpoint_every": POSITIVE_INT}
 COMMON_RULES = {"seed": SEED, "device": DEVICE, "verbose": BOOL, "max_time": (NONE, POSITIVE)}
 
 

@@ -4,6 +4,7 @@ mini-batches by an ELBO, early-stopped on the validation part, predicting throug
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -19,6 +20,7 @@ from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
 from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, minibatch_epoch, train
+from neuralgp.train.loop import Checkpoint
 
 
 class WeightSpaceModule(nn.Module):
@@ -41,7 +43,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     replace the mini-batch objective (``_svi_objective``) and switch on DBK's variance correction
     (``uses_variance_correction``). The parameters read here (lr, weight_decay, batch_size, max_iter,
     max_epochs, eval_every, patience, max_time, noise_init, noise_min, recalibration, seed, device, verbose) are
-    every subclass's."""
+    every subclass's, as are ``checkpoint`` (a file path: the training state is saved there every
+    ``checkpoint_every`` steps, and a fit that finds the file — the same parameters and data — resumes from it)."""
 
     chunk_size = EXACT_TRAIN_ROWS
     noise_lr = None
@@ -102,6 +105,19 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         alpha = sum_z2 / n if self.recalibration and n >= MIN_RECALIBRATION_POINTS else 1.0
         return 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
 
+    def _checkpoint(self, optimizer, Xt, yt, val, *generators) -> Checkpoint | None:
+        """The training checkpoint (``checkpoint`` every ``checkpoint_every`` steps), identified by the class,
+        the parameters that shape the fit and the training and validation data; None without a path."""
+        if self.checkpoint is None:
+            return None
+        digest = hashlib.sha256(type(self).__name__.encode())
+        params = {k: v for k, v in self.get_params().items()
+                  if k not in ("checkpoint", "checkpoint_every", "verbose", "max_time", "device")}
+        digest.update(repr(sorted(params.items())).encode())
+        for t in (Xt, yt) + (() if val is None else (val[0], torch.as_tensor(val[1]))):
+            digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return Checkpoint(self.checkpoint, self.checkpoint_every, optimizer, digest.hexdigest(), generators)
+
     def _fit_exact(self, Xt, yt, val):
         m, opt, precision = self.module_, self._optimizer(), self.training_gram_precision
         n = distributed.total_count(len(yt))
@@ -124,9 +140,13 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
-        return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
-                     patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
-                     max_seconds=self.max_time)
+        checkpoint = self._checkpoint(opt, Xt, yt, val)
+        log = train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
+                    patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
+                    max_seconds=self.max_time, checkpoint=checkpoint)
+        if checkpoint is not None:  # the fitted model is the product; a finished fit leaves no checkpoint
+            checkpoint.remove()
+        return log
 
     def _svi_objective(self, Xb: torch.Tensor, yb: torch.Tensor, n: int) -> torch.Tensor:
         """Mini-batch ELBO (DBK eq. 9), minus the scaled trace regulariser when it is trained."""
@@ -156,9 +176,13 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var))
-        return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
-                     patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
-                     max_seconds=self.max_time)
+        checkpoint = self._checkpoint(opt, Xt, yt, val, gen)
+        log = train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
+                    patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
+                    max_seconds=self.max_time, checkpoint=checkpoint)
+        if checkpoint is not None:
+            checkpoint.remove()
+        return log
 
     # -- posterior ---------------------------------------------------------------------------------
     def _max_prior_variance(self, chunks) -> torch.Tensor | None:

@@ -6,11 +6,14 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from neuralgp import distributed
+from neuralgp.errors import CheckpointError
+from neuralgp.io import write_atomic
 
 
 @dataclass
@@ -61,13 +64,65 @@ def minibatch_epoch(batch_loss, n: int, batch_size: int, generator: torch.Genera
     return total
 
 
+@dataclass
+class Checkpoint:
+    """``train`` saves its whole state to ``path`` every ``every`` steps — the module, the best state so far, the
+    optimiser, torch's RNG and the ``generators`` (mini-batch order), the step and the elapsed time — atomically,
+    and resumes from it when it exists: a killed fit resumed from its checkpoint ends where an uninterrupted fit
+    ends. ``fingerprint`` identifies the fit (parameters and data): a checkpoint of another fit is refused. In a
+    process group each worker keeps its own file (``path.rank<r>``: mini-batch orders differ by worker)."""
+
+    path: Path
+    every: int
+    optimizer: torch.optim.Optimizer
+    fingerprint: str
+    generators: tuple = ()
+
+    @property
+    def file(self) -> Path:
+        rank, size = distributed.world()
+        return Path(self.path) if size == 1 else Path(f"{self.path}.rank{rank}")
+
+    def save(self, module, best: dict, log: "TrainLog", step: int, elapsed: float):
+        state = {"fingerprint": self.fingerprint, "step": step, "elapsed": elapsed, "module": module.state_dict(),
+                 "best": best, "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "generators": [g.get_state() for g in self.generators],
+                 "log": {"best_step": log.best_step, "best_val_nll": log.best_val_nll,
+                         "history": [list(h) for h in log.history]}}
+        write_atomic(self.file, lambda tmp: torch.save(state, tmp))
+
+    def restore(self, module, log: "TrainLog"):
+        """(step, elapsed seconds, best state) from the checkpoint file, with the module, optimiser, RNGs and
+        ``log`` restored; None when there is no file."""
+        if not self.file.exists():
+            return None
+        try:
+            state = torch.load(self.file, weights_only=True)
+        except Exception as exc:  # a file of something else
+            raise CheckpointError(f"cannot read checkpoint {self.file} ({exc}); delete it to start afresh") from None
+        if state.get("fingerprint") != self.fingerprint:
+            raise CheckpointError(f"checkpoint {self.file} belongs to another fit (other parameters or data); delete "
+                                  "it or give another checkpoint path")
+        module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        for g, g_state in zip(self.generators, state["generators"]):
+            g.set_state(g_state)
+        log.best_step, log.best_val_nll = state["log"]["best_step"], state["log"]["best_val_nll"]
+        log.history = [tuple(h) for h in state["log"]["history"]]
+        return state["step"], state["elapsed"], state["best"]
+
+    def remove(self):
+        self.file.unlink(missing_ok=True)
+
+
 def _snapshot(module: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every: int = 100,
           patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it",
-          max_seconds: float | None = None) -> TrainLog:
+          max_seconds: float | None = None, checkpoint: Checkpoint | None = None) -> TrainLog:
     """Run ``step()`` (returns the training loss) ``n_steps`` times.
 
     ``validate()`` returns a validation NLL, before the first step and every ``eval_every`` steps; training
@@ -75,20 +130,26 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     is restored. Without ``validate`` the
     final state is kept. A non-finite loss stops training and restores the last checked state.
     After ``max_seconds`` of wall-clock time training checks once more and stops (``out_of_time``).
+    With a ``checkpoint`` the state is saved every ``checkpoint.every`` steps, and training resumes from the file
+    when it exists (the time budget counts the time before the interruption too).
     """
     log = TrainLog()
     best = _snapshot(module)
-    start = time.perf_counter()
-    bar = tqdm(total=n_steps, desc=desc, unit=unit, disable=not verbose or not distributed.is_main(), leave=False,
-               dynamic_ncols=True,
+    first, start = 1, time.perf_counter()
+    resumed = None if checkpoint is None else checkpoint.restore(module, log)
+    if resumed is not None:
+        done, elapsed, best = resumed
+        first, start = done + 1, start - elapsed
+    bar = tqdm(total=n_steps, initial=first - 1, desc=desc, unit=unit, leave=False, dynamic_ncols=True,
+               disable=not verbose or not distributed.is_main(),
                mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
     try:
-        if validate is not None:
+        if validate is not None and resumed is None:
             val = float(validate())
             log.history.append((0, math.nan, val))
             if math.isfinite(val):
                 log.best_val_nll = val
-        for i in range(1, n_steps + 1):
+        for i in range(first, n_steps + 1):
             loss = float(step())
             log.steps = i
             bar.update(1)
@@ -115,6 +176,8 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 best, log.best_step = _snapshot(module), i
                 log.history.append((i, loss, math.nan))
                 bar.set_postfix(loss=f"{loss:.4g}")
+            if checkpoint is not None and i % checkpoint.every == 0 and i < n_steps:
+                checkpoint.save(module, best, log, i, time.perf_counter() - start)
             if out_of_time:
                 log.out_of_time = True
                 break
