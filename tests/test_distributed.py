@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from neuralgp import distributed
-from neuralgp.models import DBKRegressor, FMGPRegressor
+from neuralgp import distributed, load
+from neuralgp.datasets.rows import ArrayRows
+from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor
 from neuralgp.posterior.exact import gram_stats
 
 WORLD = 2
@@ -25,6 +26,7 @@ def _data(n=240, d=3, seed=0):
 
 DBK_EXACT = dict(rank=8, hidden=16, max_iter=40, eval_every=10, training_gram_precision="float64", verbose=False)
 # one epoch, one full batch per worker: the two workers' averaged step is the one-process step on all rows
+FMGP_SMALL = dict(feature_dim=8, hidden=32, max_iter=20, verbose=False)
 SVDBK_ONE_STEP = dict(rank=8, hidden=16, inference="svi", max_epochs=1, validation_fraction=0.0, verbose=False)
 
 
@@ -47,13 +49,20 @@ def _fits(rank, out):
     X_test = _data(50, seed=1)[0]
     exact = DBKRegressor(**DBK_EXACT).fit(X[rows], y[rows])  # validation_fraction held out of each worker's rows
     svi = DBKRegressor(**SVDBK_ONE_STEP, batch_size=len(y) // WORLD).fit(X[rows], y[rows])
+    fmgp = FMGPRegressor(**FMGP_SMALL).fit(X[rows], y[rows])  # 2 subsets per worker, gradients summed
+    exact_prediction = exact.predict(X_test, return_std=True)
+    if rank == 0:
+        exact.save(f"{out}.exact.pt")
+    exact.fit_posterior(ArrayRows(*_data(333, seed=2)), chunk_rows=50)  # each worker reads its shard of 333 rows
     try:
-        FMGPRegressor(verbose=False).fit(X[rows], y[rows])
+        FMGPClassifier(verbose=False).fit(X[rows], y[rows] > 0)
         refused = ""
     except Exception as exc:  # noqa: BLE001 - the message is what is checked
         refused = str(exc)
+    torch.save({"fmgp": fmgp.predict(X_test, return_std=True), "streamed": exact.predict(X_test, return_std=True)},
+               f"{out}.{rank}")
     if rank == 0:
-        torch.save({"A": stats.A, "b": stats.b, "n": stats.n, "exact": exact.predict(X_test, return_std=True),
+        torch.save({"A": stats.A, "b": stats.b, "n": stats.n, "exact": exact_prediction,
                     "exact_steps": exact.n_iter_, "svi": svi.predict(X_test, return_std=True),
                     "svi_state": svi.module_.state_dict(), "refused": refused}, out)
 
@@ -109,7 +118,17 @@ def test_two_workers_fit_what_one_process_fits_on_all_rows(tmp_path):
         torch.testing.assert_close(got["svi_state"][name], value, rtol=1e-4, atol=1e-6)
     for a, b in zip(got["svi"], svi.predict(X_test, return_std=True)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    assert "does not train across processes" in got["refused"] and "dbk" in got["refused"]
+    assert "does not train across processes" in got["refused"] and "fmgp" in got["refused"]
+    # FM-GP and the streamed posterior: every worker holds the same model; the posterior conditioned on rows read
+    # by two workers (each its shard) is the one-process posterior on all of them
+    per_rank = [torch.load(f"{tmp_path / 'out.pt'}.{r}", weights_only=False) for r in range(WORLD)]
+    for key in ("fmgp", "streamed"):
+        for a, b in zip(per_rank[0][key], per_rank[1][key]):
+            np.testing.assert_array_equal(a, b)
+    one = load(f"{tmp_path / 'out.pt'}.exact.pt").fit_posterior(ArrayRows(*_data(333, seed=2)))
+    for a, b in zip(per_rank[0]["streamed"], one.predict(X_test, return_std=True)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert np.all(np.isfinite(per_rank[0]["fmgp"][1]))
 
 
 def test_a_dead_worker_gives_an_error_not_a_hang(tmp_path):

@@ -74,7 +74,7 @@ def _refuse_process_group(model):
     if distributed.is_distributed() and not model.supports_distributed():
         raise InputError(f"{type(model).__name__} does not train across processes (a process group of "
                          f"{distributed.world()[1]} workers is initialised); fit it in one process, or use "
-                         "dbk, svdbk or dak regression, which do (docs/distributed.md)")
+                         "dbk, svdbk, dak or fmgp regression, which do (docs/distributed.md)")
 
 
 class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):

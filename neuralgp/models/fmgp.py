@@ -80,12 +80,22 @@ class _FMGPMixin:
         return FMGPModule(net, n_outputs, noise_init, self.outputscale_init, self.noise_min).to(self.device)
 
     def _train_on_subsets(self, Xt, n_total: int, subset_lml) -> None:
-        """Adam on −Σ_s log p(y_s)/Σ|s| over the subsets (the paper's decoupled hyper-parameter training)."""
+        """Adam on −Σ_s log p(y_s)/Σ|s| over the subsets (the paper's decoupled hyper-parameter training).
+
+        In a process group the ``n_subsets`` subsets are dealt to the workers (worker r holds subsets r, r + W, …,
+        drawn from its own rows with seed (seed, r)), and every gradient is summed over workers: the same objective
+        on subsets spread over the machines."""
         m = self.module_
-        subsets = training_subsets(n_total, self.n_subsets, self.subset_size, self.seed)
+        rank, size = distributed.world()
+        if self.n_subsets < size:
+            raise InputError(f"n_subsets={self.n_subsets} gives some of the {size} workers no training subset; "
+                             f"use n_subsets >= {size}")
+        local = len(range(rank, self.n_subsets, size))
+        seed = self.seed if size == 1 else [self.seed, rank]
+        subsets = training_subsets(n_total, local, self.subset_size, seed)
         idx = torch.as_tensor(np.concatenate(subsets), device=self.device)
         bounds = np.cumsum([0] + [len(s) for s in subsets])
-        X_sub = Xt[idx]
+        X_sub, count = Xt[idx], distributed.total_count(len(idx))
         opt = adam(m, m.net, self.lr, self.weight_decay)  # weight decay on the network's weights only
         m.train()
 
@@ -93,10 +103,11 @@ class _FMGPMixin:
             opt.zero_grad(set_to_none=True)
             psi = m(X_sub)
             lml = sum(subset_lml(psi[a:b], idx[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
-            loss = -lml / len(idx)
+            loss = -lml / count
             loss.backward()
+            distributed.sum_gradients(m.parameters())  # each worker's subsets are its share of the objective
             opt.step()
-            return loss.item()
+            return float(distributed.total(loss.detach()))
 
         self.train_log_ = train(m, step, self.max_iter, None, eval_every=max(1, self.max_iter // 20),
                                 verbose=self.verbose, desc=type(self).__name__, unit="it",
@@ -170,6 +181,10 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
 
     validation_names = ("X_cal", "y_cal")
+
+    def supports_distributed(self) -> bool:
+        """Subsets dealt to the workers with gradients summed; the posterior's statistics summed over all rows."""
+        return True
 
     def recalibrates_on_validation(self) -> bool:
         return True
