@@ -62,7 +62,7 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
 
 def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int = 0) -> dict:
     """Data larger than memory: the last ``test_rows`` rows of the source are the test part; the model is fitted on
-    ``train_rows`` rows sampled from the rest (in a process group each worker its shard of that sample), its
+    ``train_rows`` rows sampled from the rest (in a process group each worker its share, from its own shard), its
     posterior then conditioned on every training row streamed from the source (``fit_posterior``; each worker
     reads its shard), and scored on the test part (read into memory) with targets standardised by the model's
     target scaler (fitted on the sample)."""
@@ -71,10 +71,8 @@ def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int =
         raise DataError(f"--test-rows {test_rows} leaves no training rows of {rows.n_rows}, or no test rows")
     train, test = rows.part(0, n_train), rows.part(n_train, rows.n_rows)
     t0 = time.perf_counter()
-    X, y = train.sample(min(train_rows, n_train), seed)
-    own = distributed.shard(len(y))
-    model.fit(X[own], y[own])
-    del X, y
+    share = distributed.shard(min(train_rows, n_train))  # each worker samples its share from its own shard
+    model.fit(*train.sample(share.stop - share.start, seed, shard=True))
     fit_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     model.fit_posterior(train)

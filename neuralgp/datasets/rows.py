@@ -42,14 +42,19 @@ class RowSource:
         part = distributed.shard(self.n_rows) if shard else slice(0, self.n_rows)
         yield from self._read_range(part.start, part.stop, int(rows or NO_GRAD_ROWS))
 
-    def sample(self, m: int, seed: int = 0):
+    def sample(self, m: int, seed: int = 0, shard: bool = False):
         """(X, y) of ``m`` rows drawn without replacement (in file order), read in one pass: a training set for the
-        feature map of a model whose posterior then sees every row (``fit_posterior``)."""
-        if not 1 <= m <= self.n_rows:
-            raise DataError(f"cannot sample {m} rows from a source of {self.n_rows}")
-        picks = np.sort(np.random.default_rng(seed).choice(self.n_rows, size=m, replace=False))
+        feature map of a model whose posterior then sees every row (``fit_posterior``). With ``shard`` the rows
+        come from this worker's shard only (drawn with seed (seed, rank) in a process group)."""
+        rank, size = distributed.world()
+        part = distributed.shard(self.n_rows) if shard else slice(0, self.n_rows)
+        n = part.stop - part.start
+        if not 1 <= m <= n:
+            raise DataError(f"cannot sample {m} rows from {n}")
+        rng = np.random.default_rng([seed, rank] if shard and size > 1 else seed)
+        picks = np.sort(rng.choice(n, size=m, replace=False))
         X, y, start = [], [], 0
-        for Xc, yc in self.chunks(shard=False):
+        for Xc, yc in self.chunks(shard=shard):
             stop = start + len(Xc)
             local = picks[np.searchsorted(picks, start):np.searchsorted(picks, stop)] - start
             X.append(Xc[local])

@@ -61,7 +61,7 @@ def test_parts_and_samples_read_the_right_rows(files):
         np.testing.assert_array_equal(ys, y[idx])
     with pytest.raises(DataError, match="not a non-empty part"):
         ArrayRows(X, y).part(5, 5)
-    with pytest.raises(DataError, match="cannot sample 54 rows"):
+    with pytest.raises(DataError, match="cannot sample 54 rows from 53"):
         ArrayRows(X, y).sample(54)
 
 
