@@ -140,13 +140,9 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
-        checkpoint = self._checkpoint(opt, Xt, yt, val)
-        log = train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
-                    patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
-                    max_seconds=self.max_time, checkpoint=checkpoint)
-        if checkpoint is not None:  # the fitted model is the product; a finished fit leaves no checkpoint
-            checkpoint.remove()
-        return log
+        return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
+                     patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
+                     max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val))
 
     def _svi_objective(self, Xb: torch.Tensor, yb: torch.Tensor, n: int) -> torch.Tensor:
         """Mini-batch ELBO (DBK eq. 9), minus the scaled trace regulariser when it is trained."""
@@ -176,13 +172,9 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var))
-        checkpoint = self._checkpoint(opt, Xt, yt, val, gen)
-        log = train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
-                    patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
-                    max_seconds=self.max_time, checkpoint=checkpoint)
-        if checkpoint is not None:
-            checkpoint.remove()
-        return log
+        return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
+                     patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
+                     max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val, gen))
 
     # -- posterior ---------------------------------------------------------------------------------
     def _max_prior_variance(self, chunks) -> torch.Tensor | None:

@@ -100,7 +100,7 @@ class Checkpoint:
             state = torch.load(self.file, weights_only=True)
         except Exception as exc:  # a file of something else
             raise CheckpointError(f"cannot read checkpoint {self.file} ({exc}); delete it to start afresh") from None
-        if state.get("fingerprint") != self.fingerprint:
+        if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise CheckpointError(f"checkpoint {self.file} belongs to another fit (other parameters or data); delete "
                                   "it or give another checkpoint path")
         module.load_state_dict(state["module"])
@@ -130,8 +130,9 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     is restored. Without ``validate`` the
     final state is kept. A non-finite loss stops training and restores the last checked state.
     After ``max_seconds`` of wall-clock time training checks once more and stops (``out_of_time``).
-    With a ``checkpoint`` the state is saved every ``checkpoint.every`` steps, and training resumes from the file
-    when it exists (the time budget counts the time before the interruption too).
+    With a ``checkpoint`` the state is saved every ``checkpoint.every`` steps, training resumes from the file
+    when it exists (the time budget counts the time before the interruption too), and the file is removed when
+    training ends.
     """
     log = TrainLog()
     best = _snapshot(module)
@@ -183,6 +184,8 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 break
     finally:
         bar.close()
+    if checkpoint is not None:  # the trained module is the product: a finished training leaves no checkpoint
+        checkpoint.remove()
     module.load_state_dict(best)
     log.seconds = time.perf_counter() - start
     return log
