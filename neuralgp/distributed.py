@@ -12,6 +12,7 @@ group the caller initialised (``torch.distributed.init_process_group``).
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import socket
 import sys
@@ -70,6 +71,18 @@ def maximum_and_holder(local_max: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return top, int(_reduced(candidate, dist.ReduceOp.MIN)) == rank
 
 
+def from_main(tensor: torch.Tensor) -> torch.Tensor:
+    """Rank 0's tensor on every worker (shape included): initial values that must agree, e.g. inducing points
+    drawn from each worker's own rows."""
+    if not is_distributed():
+        return tensor
+    shape = torch.tensor(tensor.shape if is_main() else [0] * tensor.dim(), dtype=torch.int64)
+    dist.broadcast(shape, src=0)
+    out = tensor.contiguous() if is_main() else tensor.new_empty(tuple(shape.tolist()))
+    dist.broadcast(out, src=0)
+    return out
+
+
 def total_count(n: int) -> int:
     return int(_reduced(torch.tensor(n, dtype=torch.int64), dist.ReduceOp.SUM)) if is_distributed() else n
 
@@ -112,6 +125,17 @@ def sum_gradients(parameters, average: bool = False):
     for p in params:
         p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
         offset += p.numel()
+
+
+def data_parallel(n_local: int, batch_size: int, parameters) -> dict:
+    """``minibatch_epoch``'s arguments for data-parallel training: as many full batches on every worker (the largest
+    worker's count) and the gradients averaged after each backward — two workers with batch B take the step one
+    process takes with batch 2B; {} outside a process group."""
+    if not is_distributed():
+        return {}
+    params = list(parameters)
+    local = torch.tensor(math.ceil(n_local / min(batch_size, n_local)))
+    return dict(n_batches=int(maximum(local)), after_backward=lambda: sum_gradients(params, average=True))
 
 
 def shard(n: int) -> slice:

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from neuralgp import distributed, load
 from neuralgp.datasets.rows import ArrayRows
-from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor
+from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor, SVDKLRegressor
 from neuralgp.posterior.exact import gram_stats
 
 WORLD = 2
@@ -65,6 +65,24 @@ def _fits(rank, out):
         torch.save({"A": stats.A, "b": stats.b, "n": stats.n, "exact": exact_prediction,
                     "exact_steps": exact.n_iter_, "svi": svi.predict(X_test, return_std=True),
                     "svi_state": svi.module_.state_dict(), "refused": refused}, out)
+
+
+# one epoch, one full batch per worker, the same starting inducing points (rank 0's go to every worker; here both
+# runs start from the first 16 rows): the averaged step is the one-process step on all rows
+SVDKL_ONE_STEP = dict(num_inducing=16, hidden=16, feature_dim=2, max_epochs=1, dtype="float64", verbose=False)
+
+
+def _fixed_inducing(self, Xt, feature):  # the first 16 training rows: on rank 0, its first 16
+    with torch.no_grad():
+        return distributed.from_main(feature(Xt[:16]).clone())
+
+
+def _svdkl(rank, out):
+    X, y = _data()
+    SVDKLRegressor._initial_inducing = _fixed_inducing
+    rows = distributed.shard(len(y))
+    model = SVDKLRegressor(**SVDKL_ONE_STEP, batch_size=len(y) // WORLD).fit(X[rows], y[rows])
+    torch.save(model._modules().state_dict(), f"{out}.{rank}")
 
 
 def _dies(rank, out):
@@ -129,6 +147,17 @@ def test_two_workers_fit_what_one_process_fits_on_all_rows(tmp_path):
     for a, b in zip(per_rank[0]["streamed"], one.predict(X_test, return_std=True)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     assert np.all(np.isfinite(per_rank[0]["fmgp"][1]))
+
+
+def test_svdkl_data_parallel_step_is_the_one_process_step_on_all_rows(tmp_path, monkeypatch):
+    assert _spawn(_svdkl, tmp_path / "out.pt") == [0, 0]
+    states = [torch.load(f"{tmp_path / 'out.pt'}.{r}", weights_only=False) for r in range(WORLD)]
+    X, y = _data()
+    monkeypatch.setattr(SVDKLRegressor, "_initial_inducing", lambda self, Xt, feature: feature(Xt[:16]).detach())
+    one = SVDKLRegressor(**SVDKL_ONE_STEP, batch_size=len(y)).fit(X, y)
+    for name, value in one._modules().state_dict().items():
+        torch.testing.assert_close(states[0][name], states[1][name], rtol=0, atol=0)  # the same model everywhere
+        torch.testing.assert_close(states[0][name], value, rtol=1e-9, atol=1e-12)
 
 
 def test_a_dead_worker_gives_an_error_not_a_hang(tmp_path):

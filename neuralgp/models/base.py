@@ -3,6 +3,8 @@ recalibration, save/load."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -12,6 +14,7 @@ from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS, row_slices
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
+from neuralgp.metrics import LOG_2PI
 from neuralgp.models.calibration import fit_temperature, mc_softmax
 from neuralgp.params import check_params
 
@@ -74,7 +77,7 @@ def _refuse_process_group(model):
     if distributed.is_distributed() and not model.supports_distributed():
         raise InputError(f"{type(model).__name__} does not train across processes (a process group of "
                          f"{distributed.world()[1]} workers is initialised); fit it in one process, or use "
-                         "dbk, svdbk, dak or fmgp regression, which do (docs/distributed.md)")
+                         "dbk, svdbk, dak, fmgp, svgp or svdkl regression, which do (docs/distributed.md)")
 
 
 class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
@@ -176,6 +179,21 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def _condition(self, chunks):
         """Replace the posterior by the one given all rows of ``chunks()`` (scaled (X, y) tensor chunks)."""
         raise NotImplementedError
+
+    @staticmethod
+    def _validation_nll(val, predict_scaled, recalibrated: bool = False) -> float:
+        """Validation NLL of the current state on ``val`` = (X tensor, y array), over every worker's validation rows;
+        ``predict_scaled(X) -> (mean, var_f, var_y)``. ``recalibrated``: the NLL after the variance scaling that
+        ``fit`` will apply (α = mean z² on the same points), so that early stopping selects what is returned."""
+        X_val, y_val = val
+        with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
+            parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
+        mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
+        sums = torch.tensor([np.log(var_y).sum(), ((y_val - mean) ** 2 / var_y).sum(), len(y_val)],
+                            dtype=torch.float64)
+        sum_log_var, sum_z2, n = distributed.total(sums).tolist()
+        alpha = sum_z2 / n if recalibrated and n >= MIN_RECALIBRATION_POINTS else 1.0
+        return 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
 
     @staticmethod
     def _in_memory(Xt, yt):

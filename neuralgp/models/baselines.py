@@ -30,13 +30,13 @@ from gpytorch.variational import CholeskyVariationalDistribution, VariationalStr
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
 
+from neuralgp import distributed
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.features import build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.kernels import KERNELS, make_kernel
-from neuralgp.metrics import nll
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
@@ -160,11 +160,13 @@ class GPyTorchRegressor(NeuralGPRegressor):
         return make_kernel(self.base_kernel or self.default_kernel, dim, ard=self.ard, lengthscale=math.sqrt(dim))
 
     def _initial_inducing(self, Xt, feature):
+        """``num_inducing`` random training points (at most n), through the network if any; in a process group
+        rank 0's, on every worker."""
         gen = torch.Generator().manual_seed(self.seed)
-        idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]  # at most n points
+        idx = torch.randperm(len(Xt), generator=gen)[:self.num_inducing]
         with torch.no_grad():
             Z = Xt[idx] if feature is None else feature(Xt[idx])
-        return Z.clone()
+        return distributed.from_main(Z.clone())
 
     def build(self, Xt: torch.Tensor, yt: torch.Tensor) -> nn.ModuleList:
         """Fresh GPyTorch model and likelihood for scaled training tensors (``model_``, ``likelihood_``); returns
@@ -208,10 +210,10 @@ class GPyTorchRegressor(NeuralGPRegressor):
             if X_val is not None:
                 X_val_t = self._as_tensor(X_val)
 
-                def validate():
-                    mean, _, var_y = self._predict_torch(X_val_t)
+                def validate():  # over every worker's validation rows
+                    value = self._validation_nll((X_val_t, y_val), self._predict_torch)
                     modules.train()
-                    return nll(y_val, mean.cpu().numpy(), np.sqrt(var_y.cpu().numpy()))
+                    return value
             with self.settings():
                 self.train_log_ = self._training_loop(Xt, yt, self.optimizer(), validate)
         modules.eval()
@@ -322,12 +324,18 @@ class SVGPScheme(GPyTorchRegressor):
     def _gp_model(self, Xt, yt, feature, covar):
         return _SVGPModel(self._initial_inducing(Xt, feature), covar, feature)
 
+    def supports_distributed(self) -> bool:
+        """Data parallel, as SVDBK: every worker takes as many full batches from its own rows, gradients averaged;
+        the inducing points start at rank 0's."""
+        return True
+
     def _training_loop(self, Xt, yt, optimizer, validate):
-        n = len(yt)
+        n_local, n = len(yt), distributed.total_count(len(yt))
         mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.model_.gp, num_data=n)
         gen = torch.Generator().manual_seed(self.seed)
         modules = self._modules()
         modules.train()
+        shared = distributed.data_parallel(n_local, self.batch_size, modules.parameters())
 
         def batch_loss(idx):
             try:
@@ -336,7 +344,7 @@ class SVGPScheme(GPyTorchRegressor):
                 return torch.tensor(math.nan)
 
         def epoch():
-            return minibatch_epoch(batch_loss, n, self.batch_size, gen, optimizer)
+            return minibatch_epoch(batch_loss, n_local, self.batch_size, gen, optimizer, **shared)
 
         return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",

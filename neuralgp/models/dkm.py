@@ -7,7 +7,6 @@ training size P: past ``max_train_size`` rows, or an estimated ``max_memory_gb``
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from neuralgp.datasets.scaling import Scaler

@@ -16,6 +16,7 @@ from torch import nn
 from neuralgp import distributed
 from neuralgp.chunking import map_rows
 from neuralgp.datasets.scaling import Scaler
+from neuralgp.errors import InputError
 from neuralgp.features import MLP, ConstantNorm, ProductFeatures, SumFeatures
 from neuralgp.features.networks import ACTIVATIONS, NORMS
 from neuralgp.io import register

@@ -12,9 +12,8 @@ import torch
 from torch import nn
 
 from neuralgp import distributed
-from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows, row_slices
-from neuralgp.metrics import LOG_2PI
-from neuralgp.models.base import MIN_RECALIBRATION_POINTS, NeuralGPRegressor
+from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows
+from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_weight_posterior, stream_stats
 from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
@@ -91,20 +90,6 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         return adam(self.module_, self.module_.net, self.lr, self.weight_decay,
                     {"noise": self.noise_lr} if self.noise_lr else None)
 
-    def _validation_nll(self, val, predict_scaled) -> float:
-        """Validation NLL of the current state (over every worker's validation rows); with ``recalibration`` the
-        NLL after the variance scaling that ``fit`` will apply (α = mean z² on the same points), so early stopping
-        selects what is returned."""
-        X_val, y_val = val
-        with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
-            parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
-        mean, var_y = torch.cat([p[0] for p in parts]).cpu().numpy(), torch.cat([p[2] for p in parts]).cpu().numpy()
-        sums = torch.tensor([np.log(var_y).sum(), ((y_val - mean) ** 2 / var_y).sum(), len(y_val)],
-                            dtype=torch.float64)
-        sum_log_var, sum_z2, n = distributed.total(sums).tolist()
-        alpha = sum_z2 / n if self.recalibration and n >= MIN_RECALIBRATION_POINTS else 1.0
-        return 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
-
     def _checkpoint(self, optimizer, Xt, yt, val, *generators) -> Checkpoint | None:
         """The training checkpoint (``checkpoint`` every ``checkpoint_every`` steps), identified by the class,
         the parameters that shape the fit and the training and validation data; None without a path."""
@@ -139,7 +124,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if val is not None:
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
-                return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var))
+                return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
+                                           self.recalibration)
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val))
@@ -157,11 +143,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         m, opt = self.module_, self._optimizer()
         n_local, n, batch = len(yt), distributed.total_count(len(yt)), int(self.batch_size)
         gen = torch.Generator().manual_seed(self.seed)
-        shared = {}
-        if distributed.is_distributed():  # data parallel: as many full batches on every worker, gradients averaged
-            local_batches = torch.tensor(math.ceil(n_local / min(batch, n_local)))
-            shared = dict(n_batches=int(distributed.maximum(local_batches)),
-                          after_backward=lambda: distributed.sum_gradients(m.parameters(), average=True))
+        shared = distributed.data_parallel(n_local, batch, m.parameters())  # {} in one process
 
         def epoch():  # a batch of one has no trace term: skip it (it joins the next permutation)
             return minibatch_epoch(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, n_local,
@@ -171,7 +153,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if val is not None:
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
-                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var))
+                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration)
         return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val, gen))

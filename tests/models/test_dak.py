@@ -8,7 +8,7 @@ import torch
 import neuralgp as ng
 from neuralgp.errors import InputError, NotFittedError, ParameterError
 from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
-from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, SparseRows, elbo, mc_elbo
+from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.posterior.variational import FullRankPosterior
 from neuralgp.registry import build
 
