@@ -94,8 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.add_argument("--nproc", type=_positive_int, default=1,
                    help="train in N local worker processes (torch.distributed, gloo on CPU, NCCL on CUDA), each "
-                        "on its own block of rows: dbk, svdbk, dak, fmgp, svgp, svdkl (default 1); on several machines start "
-                        "`torchrun --nnodes … -m neuralgp fit …` instead (docs/distributed.md)")
+                        "on its own block of rows: dbk, svdbk, dak, fmgp, svgp, svdkl (default 1); on several "
+                        "machines start `torchrun --nnodes … -m neuralgp fit …` instead (docs/distributed.md)")
 
     pr = sub.add_parser("predict", help="predict mean and std for the rows of a CSV or .npy file, a chunk at a time")
     pr.add_argument("model_file")
