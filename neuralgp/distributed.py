@@ -127,6 +127,17 @@ def sum_gradients(parameters, average: bool = False):
         offset += p.numel()
 
 
+def sum_gradients_float64(parameters, sums):
+    """Set each parameter's gradient to its float64 sum in ``sums`` added over workers (one all-reduce), cast to
+    the parameter's dtype."""
+    if is_distributed() and sums:
+        flat = torch.cat([s.reshape(-1) for s in sums])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        sums = list(flat.split([s.numel() for s in sums]))
+    for p, s in zip(parameters, sums):
+        p.grad = s.reshape(p.shape).to(p.dtype)
+
+
 def data_parallel(n_local: int, batch_size: int, parameters) -> dict:
     """``minibatch_epoch``'s arguments for data-parallel training: as many full batches on every worker (the largest
     worker's count) and the gradients averaged after each backward — two workers with batch B take the step one
@@ -138,10 +149,15 @@ def data_parallel(n_local: int, batch_size: int, parameters) -> dict:
     return dict(n_batches=int(maximum(local)), after_backward=lambda: sum_gradients(params, average=True))
 
 
-def shard(n: int) -> slice:
-    """This worker's contiguous block of range(n) (sizes differ by at most one)."""
+def shard(n: int, block: int = 1) -> slice:
+    """This worker's contiguous part of range(n): whole blocks of ``block`` rows (the last one may be shorter),
+    the workers' block counts differing by at most one; unaligned (sizes differing by at most one) when there are
+    fewer blocks than workers."""
     rank, size = world()
-    return slice(rank * n // size, (rank + 1) * n // size)
+    blocks = -(-n // block)
+    if blocks < size:
+        block, blocks = 1, n
+    return slice(min(n, rank * blocks // size * block), min(n, (rank + 1) * blocks // size * block))
 
 
 def free_local_port() -> int:

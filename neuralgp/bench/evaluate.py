@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from neuralgp import distributed
+from neuralgp.chunking import gradient_block_rows
 from neuralgp.errors import DataError
 from neuralgp.metrics import classification_report, coverage, nll, regression_report, rmse
 
@@ -24,8 +25,9 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
     iterations and the fitted noise on the standardised scale.
     """
     t0 = time.perf_counter()
-    # in a process group each worker fits on its own block of the training (and validation) rows
-    own = lambda *arrays: [a[distributed.shard(len(a))] for a in arrays]  # noqa: E731
+    # in a process group each worker fits on its own part of the training (and validation) rows, cut in whole
+    # gradient blocks so that exact fits with 1 and W workers sum the same blocks (blockwise_exact_backward)
+    own = lambda *arrays: [a[distributed.shard(len(a), gradient_block_rows(len(a)))] for a in arrays]  # noqa: E731
     if merge_validation:
         model.fit(*own(np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])))
     else:

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from neuralgp import distributed
-from neuralgp.chunking import EXACT_TRAIN_ROWS, map_rows
+from neuralgp.chunking import EXACT_TRAIN_ROWS, gradient_block_rows, map_rows
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_weight_posterior, stream_stats
 from neuralgp.posterior.correction import correction_scale, trace_penalty
-from neuralgp.posterior.objectives import chunked_exact_backward, exact_objective
+from neuralgp.posterior.objectives import blockwise_exact_backward, chunked_exact_backward
 from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, minibatch_epoch, train
 from neuralgp.train.loop import Checkpoint
@@ -108,15 +108,15 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         n = distributed.total_count(len(yt))
         chunked = self.chunk_size is not None and len(yt) > self.chunk_size
 
+        block = gradient_block_rows(n)
+
         def step():
             opt.zero_grad(set_to_none=True)
             if chunked:  # same gradient, O(chunk·r) memory, one extra forward pass
                 loss = chunked_exact_backward(m, Xt, yt, self.trains_trace_regulariser(), self.chunk_size, precision)
-            else:
-                loss = -exact_objective(m, Xt, yt, self.trains_trace_regulariser(), precision) / n
-                loss.backward()
-                loss = loss.item()
-            distributed.sum_gradients(m.net.parameters())  # σ²'s gradient is already the same on every worker
+                distributed.sum_gradients(m.net.parameters())  # σ²'s gradient is already the same on every worker
+            else:  # the network's gradient summed over row blocks and workers in float64
+                loss = blockwise_exact_backward(m, Xt, yt, self.trains_trace_regulariser(), block, precision)
             opt.step()
             return loss
 

@@ -13,20 +13,49 @@ import math
 import torch
 
 from neuralgp import distributed
+from neuralgp.chunking import row_slices
 from neuralgp.posterior.correction import trace_penalty
 from neuralgp.posterior.exact import ExactPosterior, GramStats, gram_stats
 
 
-def exact_objective(module, Xt, yt, trace_regulariser: bool,
-                    gram_precision: str = "float64") -> torch.Tensor:
-    """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked."""
-    phi = module(Xt)
+def exact_objective(module, Xt, yt, trace_regulariser: bool, gram_precision: str = "float64",
+                    phi: torch.Tensor | None = None) -> torch.Tensor:
+    """Full-batch training objective: log p(y) (eq. 5), minus the trace regulariser (eq. 11) if asked; ``phi``:
+    features already computed for Xt."""
+    phi = module(Xt) if phi is None else phi
     noise = module.noise()
     stats = distributed.reduce_stats(gram_stats(phi, yt, precision=gram_precision))
     objective = ExactPosterior(stats, noise).log_marginal_likelihood()
     if trace_regulariser:
         objective = objective - trace_penalty(phi, noise, across_workers=True)
     return objective
+
+
+def blockwise_exact_backward(module, Xt, yt, trace_regulariser: bool, block_rows: int,
+                             gram_precision: str = "float64") -> float:
+    """Gradient of −objective/n (as ``exact_objective``) accumulated into ``module``, with the network's gradient
+    summed over blocks of ``block_rows`` rows in float64, and over workers in float64 too. Returns the loss.
+
+    The cost is one forward and one backward pass, as ``exact_objective(…).backward()``, but the sum over rows no
+    longer depends on how the rows are split between workers: with shards made of whole blocks
+    (``distributed.shard(n, block_rows)``) every block's float32 gradient is the same bits in one process or in
+    many, and only float64 additions differ — so fits with 1 and W workers agree to float64 rounding, not float32
+    rounding amplified by hundreds of Adam steps.
+    """
+    slices = row_slices(len(yt), block_rows)
+    blocks = [module(Xt[rows]) for rows in slices]  # one graph per block
+    phi = torch.cat([block.detach() for block in blocks]).requires_grad_(True)
+    loss = -exact_objective(module, None, yt, trace_regulariser, gram_precision, phi=phi) / \
+        distributed.total_count(len(yt))
+    loss.backward()  # into σ² (the same on every worker: it sees the total statistics) and into Φ
+    params = [p for p in module.net.parameters() if p.requires_grad]
+    sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+    for block, rows in zip(blocks, slices):
+        for total, grad in zip(sums, torch.autograd.grad(block, params, phi.grad[rows], allow_unused=True)):
+            if grad is not None:
+                total += grad
+    distributed.sum_gradients_float64(params, sums)
+    return loss.item()
 
 
 def chunked_exact_backward(module, Xt, yt, trace_regulariser: bool, chunk_size: int,

@@ -272,7 +272,9 @@ def test_poisson_svi_recovers_rates():
 def test_reduced_precision_grams_are_close_returned_in_float64_and_mixed_is_closer():
     torch.manual_seed(0)
     # not a multiple of the mixed block (the tail is summed too); large enough that float32's error has grown:
-    # measured mixed/float32 errors 6e-8/1.8e-7 at n = 2·10⁴, 2.7e-8/3.2e-7 at 2·10⁵ (MKL, 2 cores)
+    # measured mixed/float32 errors 6e-8/1.8e-7 at n = 2·10⁴, 2.7e-8/3.2e-7 at 2·10⁵ (MKL on an Intel CPU, 2 cores);
+    # 2.3e-8/2.3e-5 at 2·10⁵ on an AMD EPYC, where MKL's float32 product sums far less accurately: the float32
+    # bound below is the BLAS's, loose; the mixed bound is ours
     n, r = 200_000 + 77, 16
     phi = torch.randn(n, r) + 2.0  # a large common offset: float32 sums lose digits
     y, d = torch.randn(n, dtype=torch.float64), torch.rand(n, dtype=torch.float64) + 0.5
@@ -284,7 +286,7 @@ def test_reduced_precision_grams_are_close_returned_in_float64_and_mixed_is_clos
         errors[precision] = (s.A - reference.A).abs().max().item() / reference.A.abs().max().item()
         b_error = (s.b - reference.b).abs().max() / reference.b.abs().max()
         assert b_error < 1e-5, (precision, b_error)
-    assert errors["float32"] < 1e-5 and errors["mixed"] < errors["float32"] / 4, errors
+    assert errors["float32"] < 1e-3 and errors["mixed"] < min(1e-7, errors["float32"] / 4), errors
     exact = gram_stats(phi, y, d)  # float64 keeps y and d unrounded
     torch.testing.assert_close(exact.A, gram_stats(phi.double(), y, d).A, rtol=1e-12, atol=1e-9)
     torch.testing.assert_close(exact.b, gram_stats(phi.double(), y, d).b, rtol=1e-12, atol=1e-9)
