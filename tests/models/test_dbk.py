@@ -164,8 +164,9 @@ def test_fit_with_correction_learns_the_noise_on_step_function():
 
 
 @pytest.mark.parametrize("normalize,trace", [(True, False), (False, True), (False, False)])
-def test_chunked_gradient_equals_full_batch_gradient(normalize, trace):
+def test_chunked_and_blockwise_gradients_equal_full_batch_gradient(normalize, trace):
     from neuralgp.posterior import chunked_exact_backward, exact_objective
+    from neuralgp.posterior.objectives import blockwise_exact_backward
     X, y = toy(n=90)
     est = DBKRegressor(rank=6, hidden=8, normalize_features=normalize)
     torch.manual_seed(0)
@@ -177,6 +178,11 @@ def test_chunked_gradient_equals_full_batch_gradient(normalize, trace):
     module.zero_grad()
     loss_chunked = chunked_exact_backward(module, Xt, yt, trace, chunk_size=17)
     assert loss_chunked == pytest.approx(loss_full.item(), rel=1e-12)
+    for k, p in module.named_parameters():
+        torch.testing.assert_close(p.grad, full[k], rtol=1e-9, atol=1e-12, msg=k)
+    module.zero_grad()
+    loss_blocks = blockwise_exact_backward(module, Xt, yt, trace, block_rows=16)  # 6 blocks, the last of 10
+    assert loss_blocks == pytest.approx(loss_full.item(), rel=1e-12)
     for k, p in module.named_parameters():
         torch.testing.assert_close(p.grad, full[k], rtol=1e-9, atol=1e-12, msg=k)
 
