@@ -113,6 +113,17 @@ def source_commit() -> str:
         return os.environ.get("NEURALGP_COMMIT", "unknown")
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (BLAS speed and float32 accuracy differ between Intel and AMD)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment() -> dict:
     """Library versions, threads, machine, device, the git commit and the command of this process."""
     import gpytorch
@@ -122,16 +133,19 @@ def environment() -> dict:
     return {"neuralgp": __version__, "torch": torch.__version__, "gpytorch": gpytorch.__version__,
             "numpy": np.__version__, "scipy": scipy.__version__, "sklearn": sklearn.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "machine": f"{platform.machine()} {platform.node()}",
+            "machine": f"{platform.machine()} {platform.node()}", "cpu": _cpu_model(),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "commit": source_commit(), "command": shlex.join(["neuralgp", *sys.argv[1:]])}
 
 
-def write_timing(out, name: str, result: dict, keys=("commit", "command")) -> dict:
-    """Stamp a timing suite's result with ``keys`` of ``environment()`` and, when ``out`` is given, write it
-    atomically to ``OUT/NAME.json``; returns the result."""
+def write_timing(out, name: str, run, keys=("commit", "command")) -> dict:
+    """``run()``'s result stamped with ``keys`` of ``environment()`` taken before it ran (the commit is the code
+    that ran, even if the tree changes during a long run) and, when ``out`` is given, written atomically to
+    ``OUT/NAME.json``; returns the result."""
     from neuralgp.io import write_atomic
-    result.update({k: v for k, v in environment().items() if k in keys})
+    env = environment()
+    result = run()
+    result.update({k: v for k, v in env.items() if k in keys})
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         write_atomic(Path(out) / f"{name}.json", lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))

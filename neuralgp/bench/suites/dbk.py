@@ -102,7 +102,7 @@ class SpeedSuite:
 
     def run(self, out, seed: int = 0, root=None, depth: int | None = None, **_) -> dict:
         return write_timing(out, self.name,
-                            dbk_speed(seed=seed, root=root, **({} if depth is None else {"depth": depth})))
+                            lambda: dbk_speed(seed=seed, root=root, **({} if depth is None else {"depth": depth})))
 
     @staticmethod
     def format(result: dict) -> str:

@@ -148,8 +148,8 @@ class ScaleoutSuite:
     name: str = "scaleout"
 
     def run(self, out, seed: int = 0, quick: bool = False, **_) -> dict:
-        return write_timing(out, self.name, scaleout(quick=quick, seed=seed),
-                            keys=("commit", "command", "machine", "cpu_count", "torch"))
+        return write_timing(out, self.name, lambda: scaleout(quick=quick, seed=seed),
+                            keys=("commit", "command", "machine", "cpu", "cpu_count", "torch"))
 
     @staticmethod
     def format(result: dict) -> str:

@@ -109,9 +109,10 @@ class StreamingSuite:
 
     def run(self, out, seed: int = 0, quick: bool = False, **_) -> dict:
         sizes = (20_000, 200_000) if quick else (1_000_000, 10_000_000, 100_000_000)
-        result = streaming(sizes, train_rows=5_000 if quick else 20_000, scratch=os.environ.get("NEURALGP_SCRATCH"),
-                           seed=seed, quick=quick)
-        return write_timing(out, self.name, result, keys=("commit", "command", "machine", "cpu_count", "torch"))
+        return write_timing(out, self.name,
+                            lambda: streaming(sizes, train_rows=5_000 if quick else 20_000, seed=seed, quick=quick,
+                                              scratch=os.environ.get("NEURALGP_SCRATCH")),
+                            keys=("commit", "command", "machine", "cpu", "cpu_count", "torch"))
 
     @staticmethod
     def format(result: dict) -> str:
