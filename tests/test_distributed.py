@@ -173,7 +173,7 @@ def test_shards_are_whole_blocks_and_block_sizes_depend_on_n_only(monkeypatch):
     assert parts(1000, 256, 3) == [(0, 256), (256, 512), (512, 1000)]
     assert parts(300, 256, 3) == [(0, 100), (100, 200), (200, 300)]  # fewer blocks than workers: unaligned
     assert parts(10, 1, 3) == [(0, 3), (3, 6), (6, 10)]
-    assert [gradient_block_rows(n) for n in (100, 10_500, 10**5, 10**8)] == [256, 512, 4096, 8192]
+    assert [gradient_block_rows(n) for n in (100, 10_500, 10**5, 10**8)] == [256, 2048, 16384, 65536]
 
 
 def test_a_dead_worker_gives_an_error_not_a_hang(tmp_path):

@@ -18,8 +18,8 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION,
-                             one_of)
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+                             VALIDATION_FRACTION, one_of)
 from neuralgp.posterior import PRECISIONS
 from neuralgp.posterior.variational import FAMILIES
 

@@ -10,7 +10,8 @@ from neuralgp.posterior.sparse import SparseRows
 from neuralgp.posterior.variational import (FullRankPosterior, MeanFieldPosterior, elbo, mc_elbo,
                                             make_weight_posterior)
 
-__all__ = ["PRECISIONS", "ExactPosterior", "GramStats", "accumulate_stats", "stream_stats", "gram_stats", "GaussianLikelihood",
+__all__ = ["PRECISIONS", "ExactPosterior", "GramStats", "accumulate_stats", "stream_stats", "gram_stats",
+           "GaussianLikelihood",
            "PoissonLikelihood", "gauss_hermite", "FullRankPosterior", "MeanFieldPosterior", "elbo", "mc_elbo",
            "make_weight_posterior", "SparseRows", "correction_scale", "trace_penalty", "exact_objective",
            "chunked_exact_backward", "Positive", "inverse_softplus"]

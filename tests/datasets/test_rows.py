@@ -17,7 +17,8 @@ def _arrays(n=53, d=3, seed=0):
 def _all(source, rows):
     parts = list(source.chunks(rows))
     assert all(len(X) <= rows for X, _ in parts)
-    return np.concatenate([X for X, _ in parts]), (None if parts[0][1] is None else np.concatenate([y for _, y in parts]))
+    y = None if parts[0][1] is None else np.concatenate([y for _, y in parts])
+    return np.concatenate([X for X, _ in parts]), y
 
 
 @pytest.fixture
