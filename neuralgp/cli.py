@@ -82,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="wall-clock budget in seconds; training validates once more and stops")
     f.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     f.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="save the training state to PATH every --checkpoint-every steps (dbk, svdbk, dak); a "
-                        "killed job continues with --resume; the file is removed when the fit ends")
+                   help="save the training state to PATH every --checkpoint-every steps (dbk, svdbk, dak, fmgp, the "
+                        "GPyTorch regressors); a killed job continues with --resume; the file is removed when the "
+                        "fit ends")
     f.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
                    help="steps (iterations or epochs) between checkpoints (default 100)")
     f.add_argument("--resume", action="store_true",
@@ -172,7 +173,8 @@ def _model_params(args, cls: type, in_dim: int) -> dict:
         params[key] = _literal(value)
     if args.checkpoint is not None:
         if "checkpoint" not in names:
-            raise NeuralGPError(f"--checkpoint: {cls.__name__} does not write checkpoints; dbk, svdbk and dak do")
+            raise NeuralGPError(f"--checkpoint: {cls.__name__} does not write checkpoints; dbk, svdbk, dak, "
+                                "fmgp and the GPyTorch regressors do")
         path = Path(args.checkpoint)
         if not args.resume and (path.exists() or any(path.parent.glob(path.name + ".rank*"))):
             raise NeuralGPError(f"checkpoint {path} exists: add --resume to continue that fit, or delete it")

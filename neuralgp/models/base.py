@@ -3,6 +3,7 @@ recalibration, save/load."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -36,6 +37,24 @@ class SavedModel:
     def supports_distributed(self) -> bool:
         """Whether ``fit`` trains across the workers of an initialised process group (``neuralgp.distributed``)."""
         return False
+
+    checkpoint = None  # estimators that take these parameters set them in __init__
+    checkpoint_every = 100
+
+    def _checkpoint(self, optimizer, Xt, yt, val=None, *generators):
+        """The training loop's ``Checkpoint`` when ``checkpoint`` is a path (None otherwise): the training state is
+        saved there every ``checkpoint_every`` steps, and a fit that finds the file resumes from it. The file is
+        identified by the class, the parameters that shape the fit and the training (and validation) data."""
+        if self.checkpoint is None:
+            return None
+        from neuralgp.train.loop import Checkpoint
+        digest = hashlib.sha256(type(self).__name__.encode())
+        params = {k: v for k, v in self.get_params().items()
+                  if k not in ("checkpoint", "checkpoint_every", "verbose", "max_time", "device")}
+        digest.update(repr(sorted(params.items())).encode())
+        for t in (Xt, yt) + (() if val is None else (val[0], torch.as_tensor(val[1]))):
+            digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return Checkpoint(self.checkpoint, self.checkpoint_every, optimizer, digest.hexdigest(), generators)
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, self._fitted_attribute)

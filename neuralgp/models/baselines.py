@@ -39,7 +39,8 @@ from neuralgp.io import register
 from neuralgp.kernels import KERNELS, make_kernel
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
-from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, one_of
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+                             one_of)
 from neuralgp.posterior.dirichlet import dirichlet_targets
 from neuralgp.train import adam, minibatch_epoch, train
 
@@ -101,13 +102,15 @@ class GPyTorchRegressor(NeuralGPRegressor):
         "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_min": NON_NEGATIVE, "cg_iterations": POSITIVE_INT, "love_rank": POSITIVE_INT,
         "max_memory_gb": POSITIVE, "dtype": one_of("float32", "float64"), "base_kernel": (NONE, one_of(*KERNELS)),
-        "ard": BOOL, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+        "ard": BOOL, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), **CHECKPOINT_RULES,
+        **COMMON_RULES}
 
     def __init__(self, num_inducing=128, feature_dim=None, backbone="resnet", hidden=128, depth=2, activation="tanh",
                  lr=1e-2, weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, noise_init=0.1, noise_min=1e-6, cg_iterations=512, love_rank=512,
                  max_memory_gb=8.0, dtype="float32", base_kernel=None, ard=True, normalize_y=True,
-                 input_scaling="minmax", seed=0, device="cpu", verbose=True):
+                 input_scaling="minmax", seed=0, device="cpu", verbose=True, checkpoint=None,
+                 checkpoint_every=100):
         self.num_inducing = num_inducing
         self.feature_dim = feature_dim
         self.backbone = backbone
@@ -135,6 +138,8 @@ class GPyTorchRegressor(NeuralGPRegressor):
         self.seed = seed
         self.device = device
         self.verbose = verbose
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     # -- construction ----------------------------------------------------------------------------
     def _torch_dtype(self) -> torch.dtype:
@@ -299,7 +304,8 @@ class ExactGPScheme(GPyTorchRegressor):
         self.unpreconditioned_steps_ = 0
         return train(modules, lambda: self.full_batch_step(optimizer), self.max_iter, validate,
                      eval_every=self.eval_every or 100, patience=self.patience or 2000, verbose=self.verbose,
-                     desc=type(self).__name__, max_seconds=self.max_time)
+                     desc=type(self).__name__, max_seconds=self.max_time,
+                     checkpoint=self._checkpoint(optimizer, Xt, yt))
 
 
 class SGPRScheme(ExactGPScheme):
@@ -348,7 +354,7 @@ class SVGPScheme(GPyTorchRegressor):
 
         return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=type(self).__name__, unit="epoch",
-                     max_seconds=self.max_time)
+                     max_seconds=self.max_time, checkpoint=self._checkpoint(optimizer, Xt, yt, None, gen))
 
 
 @register

@@ -22,8 +22,8 @@ from neuralgp.features.networks import ACTIVATIONS, NORMS
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
-from neuralgp.params import (BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION,
-                             int_tuple, one_of)
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+                             VALIDATION_FRACTION, int_tuple, one_of)
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats, stream_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.positive import Positive
@@ -34,7 +34,7 @@ FEATURE_MAP_RULES = {  # the ψ network and its training, shared by the regresso
     "norm": (NONE, one_of(*NORMS)), "product": (NONE, int_tuple(2)), "additive": (NONE, int_tuple(2)),
     "unit_norm": BOOL, "n_subsets": POSITIVE_INT, "subset_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
     "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outputscale_init": POSITIVE, "noise_min": NON_NEGATIVE,
-    "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+    "input_scaling": one_of(*Scaler.KINDS), **CHECKPOINT_RULES, **COMMON_RULES}
 
 
 class FMGPModule(nn.Module):
@@ -80,7 +80,7 @@ class _FMGPMixin:
                                             self.norm, self.product, self.additive, self.unit_norm)
         return FMGPModule(net, n_outputs, noise_init, self.outputscale_init, self.noise_min).to(self.device)
 
-    def _train_on_subsets(self, Xt, n_total: int, subset_lml) -> None:
+    def _train_on_subsets(self, Xt, targets: torch.Tensor, subset_lml) -> None:
         """Adam on −Σ_s log p(y_s)/Σ|s| over the subsets (the paper's decoupled hyper-parameter training).
 
         In a process group the ``n_subsets`` subsets are dealt to the workers (worker r holds subsets r, r + W, …,
@@ -93,7 +93,7 @@ class _FMGPMixin:
                              f"use n_subsets >= {size}")
         local = len(range(rank, self.n_subsets, size))
         seed = self.seed if size == 1 else [self.seed, rank]
-        subsets = training_subsets(n_total, local, self.subset_size, seed)
+        subsets = training_subsets(len(targets), local, self.subset_size, seed)
         idx = torch.as_tensor(np.concatenate(subsets), device=self.device)
         bounds = np.cumsum([0] + [len(s) for s in subsets])
         X_sub, count = Xt[idx], distributed.total_count(len(idx))
@@ -112,7 +112,7 @@ class _FMGPMixin:
 
         self.train_log_ = train(m, step, self.max_iter, None, eval_every=max(1, self.max_iter // 20),
                                 verbose=self.verbose, desc=type(self).__name__, unit="it",
-                                max_seconds=self.max_time)
+                                max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, targets))
         self.n_iter_ = self.train_log_.steps
         self.training_subset_sizes_ = [len(s) for s in subsets]
         m.eval()
@@ -151,7 +151,8 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, seed=0, device="cpu", verbose=True):
+                 input_scaling="standard", validation_fraction=0.1, seed=0, device="cpu", verbose=True,
+                 checkpoint=None, checkpoint_every=100):
         self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
@@ -175,6 +176,8 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self.seed = seed
         self.device = device
         self.verbose = verbose
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Train on (X, y), cache its posterior, then ``recalibrate`` on (X_cal, y_cal) — or, when none is given,
@@ -200,7 +203,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
             def subset_lml(psi, idx):
                 return ExactPosterior(gram_stats(psi, yt[idx]), m.noise(), m.outputscale()).log_marginal_likelihood()
 
-            self._train_on_subsets(Xt, len(yt), subset_lml)
+            self._train_on_subsets(Xt, yt, subset_lml)
         self._condition(self._in_memory(Xt, yt))
         return self
 
@@ -253,7 +256,8 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
     def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, heteroscedastic=True, alpha_eps=ALPHA_EPS, n_samples=256, n_subsets=4,
                  subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0, outputscale_init=1.0,
-                 noise_min=1e-6, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):
+                 noise_min=1e-6, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True,
+                 checkpoint=None, checkpoint_every=100):
         self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
@@ -277,6 +281,8 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
         self.seed = seed
         self.device = device
         self.verbose = verbose
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     def _fit_scaled(self, X, labels, C):
         with torch.random.fork_rng(devices=[]):
@@ -292,7 +298,7 @@ class FMGPClassifier(_FMGPMixin, NeuralGPClassifier):
             def subset_lml(psi, idx):
                 return self._posterior(class_gram(psi, lt[idx], C)).log_marginal_likelihood().sum()
 
-            self._train_on_subsets(Xt, len(labels), subset_lml)
+            self._train_on_subsets(Xt, lt, subset_lml)
             with torch.no_grad():  # full-data statistics, chunk by chunk: O(chunk · width) memory
                 per_class = accumulate_stats(self._features_scaled, Xt, lt,
                                              stats_fn=lambda psi, labels_c: class_gram(psi, labels_c, C))

@@ -4,7 +4,6 @@ mini-batches by an ELBO, early-stopped on the validation part, predicting throug
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
@@ -19,7 +18,6 @@ from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import blockwise_exact_backward, chunked_exact_backward
 from neuralgp.posterior.positive import Positive
 from neuralgp.train import adam, minibatch_epoch, train
-from neuralgp.train.loop import Checkpoint
 
 
 class WeightSpaceModule(nn.Module):
@@ -42,8 +40,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     replace the mini-batch objective (``_svi_objective``) and switch on DBK's variance correction
     (``uses_variance_correction``). The parameters read here (lr, weight_decay, batch_size, max_iter,
     max_epochs, eval_every, patience, max_time, noise_init, noise_min, recalibration, seed, device, verbose) are
-    every subclass's, as are ``checkpoint`` (a file path: the training state is saved there every
-    ``checkpoint_every`` steps, and a fit that finds the file — the same parameters and data — resumes from it)."""
+    every subclass's, as are ``checkpoint`` and ``checkpoint_every`` (``SavedModel._checkpoint``)."""
 
     chunk_size = EXACT_TRAIN_ROWS
     noise_lr = None
@@ -89,19 +86,6 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def _optimizer(self):
         return adam(self.module_, self.module_.net, self.lr, self.weight_decay,
                     {"noise": self.noise_lr} if self.noise_lr else None)
-
-    def _checkpoint(self, optimizer, Xt, yt, val, *generators) -> Checkpoint | None:
-        """The training checkpoint (``checkpoint`` every ``checkpoint_every`` steps), identified by the class,
-        the parameters that shape the fit and the training and validation data; None without a path."""
-        if self.checkpoint is None:
-            return None
-        digest = hashlib.sha256(type(self).__name__.encode())
-        params = {k: v for k, v in self.get_params().items()
-                  if k not in ("checkpoint", "checkpoint_every", "verbose", "max_time", "device")}
-        digest.update(repr(sorted(params.items())).encode())
-        for t in (Xt, yt) + (() if val is None else (val[0], torch.as_tensor(val[1]))):
-            digest.update(t.detach().cpu().contiguous().numpy().tobytes())
-        return Checkpoint(self.checkpoint, self.checkpoint_every, optimizer, digest.hexdigest(), generators)
 
     def _fit_exact(self, Xt, yt, val):
         m, opt, precision = self.module_, self._optimizer(), self.training_gram_precision

@@ -13,7 +13,7 @@ import pytest
 
 import neuralgp.train.loop as loop
 from neuralgp.errors import CheckpointError
-from neuralgp.models import DAKRegressor, DBKRegressor
+from neuralgp.models import DAKRegressor, DBKRegressor, DKLRegressor, FMGPRegressor, SVGPRegressor
 
 
 class Killed(Exception):
@@ -42,6 +42,9 @@ def _kill_after(monkeypatch, step):
                                **kw), 4, 8),
     (lambda **kw: DAKRegressor(inference="mc", hidden=(8,), embedding_dim=4, n_projections=2, max_epochs=9,
                                eval_every=3, verbose=False, **kw), 3, 6),
+    (lambda **kw: FMGPRegressor(feature_dim=4, hidden=16, max_iter=12, verbose=False, **kw), 4, 8),
+    (lambda **kw: SVGPRegressor(num_inducing=8, max_epochs=6, eval_every=2, verbose=False, **kw), 2, 4),
+    (lambda **kw: DKLRegressor(hidden=8, max_iter=9, eval_every=3, verbose=False, **kw), 3, 6),
 ])
 def test_a_killed_fit_resumed_ends_where_an_uninterrupted_fit_ends(tmp_path, monkeypatch, make, every, kill_at):
     X, y = _data()
