@@ -189,10 +189,8 @@ def _model_params(args, cls: type, in_dim: int) -> dict:
 def _cmd_fit(args):
     from neuralgp import distributed
     if distributed.init_from_environment(args.device):  # a worker started by torchrun or --nproc
-        try:
+        with distributed.closing_group():
             return _fit_and_report(args, main_worker=distributed.is_main())
-        finally:
-            distributed.close()
     return _fit_and_report(args, main_worker=True)
 
 

@@ -11,6 +11,7 @@ group the caller initialised (``torch.distributed.init_process_group``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -179,10 +180,30 @@ def init_from_environment(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOU
     return True
 
 
-def close():
-    """Leave the process group (at the end of a launched worker)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def close(finished: bool = True):
+    """Leave the process group (at the end of a launched worker). A worker that ``finished`` first waits at a barrier
+    for the others: one that tears down its connections while another is still working can make gloo abort that
+    other process ("terminate called without an active exception"). A worker leaving on an error skips the wait."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if finished:
+        try:
+            dist.barrier()
+        except RuntimeError:  # a peer has gone: nothing left to wait for
+            pass
+    dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def closing_group():
+    """``with closing_group(): work()`` leaves the process group after the work: at a barrier when the work finished,
+    at once when it raised."""
+    try:
+        yield
+    except BaseException:
+        close(finished=False)
+        raise
+    close()
 
 
 def launch(argv: list[str], nproc: int) -> int:

@@ -35,10 +35,8 @@ def _worker(rank, port, out, timeout_s, task):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=__import__("datetime").timedelta(
         seconds=timeout_s))
-    try:
+    with distributed.closing_group():
         task(rank, out)
-    finally:
-        distributed.close()
 
 
 def _fits(rank, out):

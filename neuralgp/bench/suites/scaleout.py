@@ -60,7 +60,7 @@ def _worker(rank: int, world: int, port: int, threads: int, plan: dict, out: str
     if world > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
-    try:
+    with distributed.closing_group():
         torch.manual_seed(plan["seed"])
         module = DBKRegressor(seed=plan["seed"]).build_module(D)
         result = {}
@@ -87,8 +87,6 @@ def _worker(rank: int, world: int, port: int, threads: int, plan: dict, out: str
         result["train_n"] = plan["n_train"]
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
         Path(f"{out}.{rank}").write_text(json.dumps(result))
-    finally:
-        distributed.close()
 
 
 
