@@ -124,12 +124,23 @@ class ConvergenceSuite:
     name: str = "dkm-convergence"
 
     def run(self, out, root=None, **_) -> dict:
-        result = {"runs": [convergence_run(d, s, root) for d, splits in CONVERGENCE_SPLITS.items() for s in splits],
-                  "adam_lrs": list(ADAM_LRS), "adam_steps": ADAM_STEPS,
-                  **{k: v for k, v in environment().items() if k in ("commit", "command", "threads", "machine")}}
+        """One split at a time, the JSON rewritten after each: a stopped run resumes from the splits it finished
+        (kept only when they ran with the same Adam settings)."""
         out = Path(out or "benchmarks/results/dkm-convergence")
         out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "dkm-convergence.json", lambda tmp: Path(tmp).write_text(json.dumps(result) + "\n"))
+        path = out / "dkm-convergence.json"
+        settings = {"adam_lrs": list(ADAM_LRS), "adam_steps": ADAM_STEPS}
+        done = json.loads(path.read_text()) if path.exists() else {}
+        runs = done.get("runs", []) if all(done.get(k) == v for k, v in settings.items()) else []
+        stamp = {k: v for k, v in environment().items() if k in ("commit", "command", "threads", "machine")}
+        for dataset, splits in CONVERGENCE_SPLITS.items():
+            for split in splits:
+                if any(r["dataset"] == dataset and r["split"] == split for r in runs):
+                    continue
+                runs.append({**convergence_run(dataset, split, root), **stamp})
+                result = {"runs": runs, **settings, **stamp}
+                write_atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(result) + "\n"))
+        result = {"runs": runs, **settings, **stamp}
         convergence_figure(result, out / "dkm-convergence.png")
         return result
 
