@@ -152,10 +152,12 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
 
 
 def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: float = 5.0, beta: float = 1.0,
-            learn_hyper: bool = True, lr: float = 0.01, theta=None, progress=None):
+            learn_hyper: bool = True, lr: float = 0.01, theta=None, progress=None, hyper_lr: float | None = None):
     """Fit the Grams (and θ) of ``obj``; returns (θ, [G_1..G_L], SolverLog). ``solver`` "newton"/"care": ``max_iter``
     top-down sweeps, each followed by an L-BFGS ascent on θ (``hyper_step``); "adam": ``max_iter`` Adam steps at ``lr``
-    on G_ℓ = V_ℓV_ℓᵀ (V_ℓ lower triangular, started at the Cholesky factor of the prior Gram) and θ together.
+    on G_ℓ = V_ℓV_ℓᵀ (V_ℓ lower triangular, started at the Cholesky factor of the prior Gram) and θ together, θ at
+    ``hyper_lr`` when given (the Grams are ill-conditioned: a rate that does not wreck them in the first steps leaves
+    θ, where most of the early gain is, almost still; measured on yacht in docs/methods/dkm.md).
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
@@ -167,7 +169,8 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     log.report(progress, theta, Gs)
     start, log.paused = time.perf_counter(), 0.0  # the clock starts after the initial evaluation
     if solver == "adam":
-        return _fit_adam(obj, theta, Gs, max_iter, lr, learn_hyper, log, start, progress)
+        return _fit_adam(obj, theta, Gs, max_iter, lr, lr if hyper_lr is None else hyper_lr, learn_hyper, log, start,
+                         progress)
     for _ in range(int(max_iter)):
         if obj.objective != "kernel_hyper":
             for layer in range(obj.n_layers, 0, -1):
@@ -189,12 +192,11 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     return theta.detach(), Gs, log
 
 
-def _fit_adam(obj, theta, Gs, steps, lr, learn_hyper, log, start, progress):
+def _fit_adam(obj, theta, Gs, steps, lr, hyper_lr, learn_hyper, log, start, progress):
     jitter = 1e-8
     V = [torch.linalg.cholesky(G).clone().requires_grad_(True) for G in Gs]
     theta = theta.clone().requires_grad_(learn_hyper)
-    params = V + ([theta] if learn_hyper else [])
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = torch.optim.Adam([{"params": V, "lr": lr}] + ([{"params": [theta], "lr": hyper_lr}] if learn_hyper else []))
     eye = obj.eye
 
     def grams():

@@ -120,6 +120,17 @@ def test_solver_matches_a_long_gradient_optimisation():
     assert abs(log.objective[-1] - best) < 1e-3
 
 
+def test_adam_moves_the_hyper_parameters_at_their_own_rate():
+    obj = DKMObjective(X[:15], Y[:15], [50.0, 50.0], GramKernel())
+    theta, Gs, log = fit_dkm(obj, solver="adam", max_iter=5, lr=0.0, hyper_lr=0.05)
+    prior = obj.prior_chain(obj.initial_theta())
+    assert all(torch.allclose(G, P, atol=1e-7) for G, P in zip(Gs, prior))  # a zero rate leaves the Grams
+    assert (theta - obj.initial_theta()).abs().max() > 0.1  # five steps of 0.05 each (Adam's steps are ~ the rate)
+    _, _, same = fit_dkm(obj, solver="adam", max_iter=5, lr=0.01)
+    _, _, split = fit_dkm(obj, solver="adam", max_iter=5, lr=0.01, hyper_lr=0.01)
+    assert same.objective == split.objective  # hyper_lr defaults to lr
+
+
 def test_large_widths_give_the_kernel_hyper_solution():
     obj = DKMObjective(X, Y, [1e7, 1e7], GramKernel())
     theta = obj.initial_theta()
