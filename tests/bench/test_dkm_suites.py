@@ -22,6 +22,10 @@ def test_summary_counts_iterations_to_the_gap_and_the_speed_up():
     s = summarise(runs)
     assert s["iterations_to_1e-3"] == 2 and s["best_adam"] == "Adam 0.01"
     assert s["solver_seconds_to_adam_best"] == 2.0 and s["speedup"] == pytest.approx(20.0)
+    assert s["seconds_to_gap"]["10"] == {"solver": 0.0, "Adam 0.01": 0.0}  # both start 9 nats below the best
+    assert s["seconds_to_gap"]["1"] == {"solver": 1.0, "Adam 0.01": 40.0}
+    runs["Adam 0.01"]["objective"][-1] = -3.0
+    assert summarise(runs)["seconds_to_gap"]["1"]["Adam 0.01"] is None  # never within 1 nat
 
 
 def test_convergence_run_traces_objective_and_rmse():
