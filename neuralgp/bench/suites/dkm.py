@@ -96,12 +96,14 @@ def format_convergence(res: dict) -> str:
     lines = ["dkm-convergence: per split, solver iterations to within 1e-3 nats of the best objective any run "
              "reached; the solver's seconds to Adam's best objective against Adam's"]
     for r in res["runs"]:
+        reach, speedup = r["solver_seconds_to_adam_best"], r["speedup"]
+        rmse_trace = r["runs"]["solver"]["rmse"]
         lines.append(f"  {r['dataset']} split {r['split']} (P = {r['P']}): iterations to 1e-3: "
                      f"{r['iterations_to_1e-3']}; best Adam ({r['best_adam']}) {r['adam_best_objective']:.3f} in "
-                     f"{r['adam_seconds_to_best']:.1f} s, solver there in {r['solver_seconds_to_adam_best']} s "
-                     f"(speed-up {r['speedup'] and round(r['speedup'], 1)}×); final test RMSE solver "
-                     f"{r['runs']['solver']['rmse'][-1]:.3f}, after 10 iterations "
-                     f"{r['runs']['solver']['rmse'][min(10, len(r['runs']['solver']['rmse']) - 1)]:.3f}")
+                     f"{r['adam_seconds_to_best']:.1f} s, solver there in "
+                     f"{'never' if reach is None else f'{reach:.1f} s'} "
+                     f"(speed-up {'–' if speedup is None else f'{speedup:.1f}×'}); final test RMSE solver "
+                     f"{rmse_trace[-1]:.3f}, after 10 iterations {rmse_trace[min(10, len(rmse_trace) - 1)]:.3f}")
         for gap, seconds in summarise(r["runs"])["seconds_to_gap"].items():
             lines.append(f"    seconds to within {gap} nats of the best: " + ", ".join(
                 f"{k} {'never' if v is None else f'{v:.1f}'}" for k, v in seconds.items()))
@@ -115,11 +117,12 @@ def convergence_figure(res: dict, path: Path):
     for j, r in enumerate(runs):
         for name, trace in r["runs"].items():
             t = np.maximum(trace["seconds"], 1e-3)
-            style = dict(color="C3", lw=2) if name == "solver" else dict(lw=1)
-            axes[0, j].plot(t, np.array(trace["objective"]) - r["best_objective"] - 1e-6, label=name, **style)
+            style = dict(color="k", lw=2) if name == "solver" else dict(lw=1)
+            gap = r["best_objective"] - np.array(trace["objective"]) + 1e-3  # + 1e-3: the best point stays on a log axis
+            axes[0, j].plot(t, gap, label=name, **style)
             axes[1, j].plot(t, trace["rmse"], label=name, **style)
-        axes[0, j].set(xscale="log", yscale="symlog", title=f"{r['dataset']} split {r['split']}",
-                       ylabel="ℒ − best")
+        axes[0, j].set(xscale="log", yscale="log", title=f"{r['dataset']} split {r['split']}",
+                       ylabel="best ℒ − ℒ (nats) + 1e-3")
         axes[1, j].set(xscale="log", xlabel="seconds", ylabel="test RMSE")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
