@@ -89,7 +89,6 @@ def _worker(rank: int, world: int, port: int, threads: int, plan: dict, out: str
         Path(f"{out}.{rank}").write_text(json.dumps(result))
 
 
-
 def _run(world: int, threads: int, plan: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "result")
