@@ -96,15 +96,16 @@ def format_convergence(res: dict) -> str:
     lines = ["dkm-convergence: per split, solver iterations to within 1e-3 nats of the best objective any run "
              "reached; the solver's seconds to Adam's best objective against Adam's"]
     for r in res["runs"]:
-        reach, speedup = r["solver_seconds_to_adam_best"], r["speedup"]
+        s = summarise(r["runs"])  # from the traces: records written before a summary field existed read the same
+        reach, speedup = s["solver_seconds_to_adam_best"], s["speedup"]
         rmse_trace = r["runs"]["solver"]["rmse"]
         lines.append(f"  {r['dataset']} split {r['split']} (P = {r['P']}): iterations to 1e-3: "
-                     f"{r['iterations_to_1e-3']}; best Adam ({r['best_adam']}) {r['adam_best_objective']:.3f} in "
-                     f"{r['adam_seconds_to_best']:.1f} s, solver there in "
+                     f"{s['iterations_to_1e-3']}; best Adam ({s['best_adam']}) {s['adam_best_objective']:.3f} in "
+                     f"{s['adam_seconds_to_best']:.1f} s, solver there in "
                      f"{'never' if reach is None else f'{reach:.1f} s'} "
                      f"(speed-up {'–' if speedup is None else f'{speedup:.1f}×'}); final test RMSE solver "
                      f"{rmse_trace[-1]:.3f}, after 10 iterations {rmse_trace[min(10, len(rmse_trace) - 1)]:.3f}")
-        for gap, seconds in summarise(r["runs"])["seconds_to_gap"].items():
+        for gap, seconds in s["seconds_to_gap"].items():
             lines.append(f"    seconds to within {gap} nats of the best: " + ", ".join(
                 f"{k} {'never' if v is None else f'{v:.1f}'}" for k, v in seconds.items()))
     return "\n".join(lines)
