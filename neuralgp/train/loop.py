@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ class TrainLog:
     seconds: float = 0.0
     stopped_early: bool = False
     out_of_time: bool = False
+    failure: str = ""  # the numerical error that stopped training, if one did
     history: list = field(default_factory=list)  # (step, train loss, val nll)
 
     def as_dict(self) -> dict:
@@ -128,7 +130,9 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     ``validate()`` returns a validation NLL, before the first step and every ``eval_every`` steps; training
     stops when it has not improved for ``patience`` steps, and the best state (possibly the initial one)
     is restored. Without ``validate`` the
-    final state is kept. A non-finite loss stops training and restores the last checked state.
+    final state is kept. A non-finite loss, or a numerical failure in a later step (a ``FloatingPointError``
+    such as a failed Cholesky), stops training with a warning and restores the last checked state; at the first
+    step it is raised.
     After ``max_seconds`` of wall-clock time training checks once more and stops (``out_of_time``).
     With a ``checkpoint`` the state is saved every ``checkpoint.every`` steps, training resumes from the file
     when it exists (the time budget counts the time before the interruption too), and the file is removed when
@@ -151,7 +155,12 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
             if math.isfinite(val):
                 log.best_val_nll = val
         for i in range(first, n_steps + 1):
-            loss = float(step())
+            try:
+                loss = float(step())
+            except (FloatingPointError, torch.linalg.LinAlgError) as exc:  # e.g. a Cholesky that failed
+                if i == first:
+                    raise
+                loss, log.failure = math.nan, f"{type(exc).__name__}: {exc}"
             log.steps = i
             bar.update(1)
             # decisions that end the loop are taken together by all workers of a process group
@@ -162,6 +171,8 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                     raise FloatingPointError("the training loss is not finite at the first step; "
                                              "check the data scale or lower the learning rate")
                 log.stopped_early = True
+                warnings.warn(f"training stopped at step {i}: {log.failure or 'the loss is not finite'}; the "
+                              f"state of step {log.best_step} is kept", RuntimeWarning, stacklevel=2)
                 break
             check = i % eval_every == 0 or i == n_steps or out_of_time
             if validate is not None and check:

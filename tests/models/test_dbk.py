@@ -153,6 +153,33 @@ def test_early_stopping_can_keep_the_initial_state():
     assert module.weight.item() == initial
 
 
+def test_a_numerical_failure_after_the_first_step_stops_training_and_keeps_the_best_state():
+    module = torch.nn.Linear(1, 1)
+    values = iter([9.0, 5.0, 3.0, 4.0])  # the first before any step
+
+    def step():
+        with torch.no_grad():
+            module.weight.add_(1.0)
+        if module.weight.item() > 3.5 + initial:
+            raise FloatingPointError("Cholesky of ΦᵀΦ + σ²I failed")
+        return 0.0
+
+    initial = module.weight.item()
+    with pytest.warns(RuntimeWarning, match=r"step 4: FloatingPointError: Cholesky.*state of step 2 is kept"):
+        log = train(module, step, n_steps=100, validate=lambda: next(values), eval_every=1, patience=50,
+                    verbose=False)
+    assert log.steps == 4 and log.best_step == 2 and log.stopped_early and "Cholesky" in log.failure
+    assert module.weight.item() == pytest.approx(initial + 2.0)
+
+
+def test_a_numerical_failure_at_the_first_step_is_raised():
+    def step():
+        raise FloatingPointError("Cholesky of ΦᵀΦ + σ²I failed")
+
+    with pytest.raises(FloatingPointError, match="Cholesky"):
+        train(torch.nn.Linear(1, 1), step, n_steps=10, verbose=False)
+
+
 def test_fit_with_correction_learns_the_noise_on_step_function():
     ds = neuralgp.datasets.load("synthetic/step1d", n=500, seed=0)
     model = DBKRegressor(backbone="mlp", rank=32, max_iter=1500, lr=3e-3, verbose=False)
