@@ -11,7 +11,8 @@ from neuralgp.bench.suites.twostage import TOY_MODELS, format_toy, toy_figure, t
 def test_quick_exact_and_warm_start_tables(tmp_path):
     out = run_suite(SUITES["twostage-exact"], tmp_path / "exact", quick=True, verbose=False)
     records = read_records(out / "results.jsonl")
-    assert {r["model"] for r in records} == {"Exact-GP (RBF)", "Two-stage Exact-GP", "Two-stage (in-sample residuals)"}
+    assert {r["model"] for r in records} == {"Exact-GP (RBF)", "Two-stage Exact-GP", "Two-stage (in-sample residuals)",
+                                             "Two-stage (RBF variance)"}
     for r in records:
         assert r["status"] == "ok" and r["split"] == "gal:0" and 0 <= r["qice"] <= 18
         assert r["variance_seconds"] > 0 and r["train_seconds"] >= r["variance_seconds"]
