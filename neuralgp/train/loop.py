@@ -158,7 +158,7 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
             try:
                 loss = float(step())
             except (FloatingPointError, torch.linalg.LinAlgError) as exc:  # e.g. a Cholesky that failed
-                if i == first:
+                if i == 1:  # as for a non-finite loss below: at the first step there is no state to fall back on
                     raise
                 loss, log.failure = math.nan, f"{type(exc).__name__}: {exc}"
             log.steps = i
