@@ -4,13 +4,13 @@ from neuralgp import datasets, metrics
 from neuralgp.errors import DataError, InputError, ModelFileError, NeuralGPError, NotFittedError
 from neuralgp.io import load
 from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, DKMRegressor, ExactGPRegressor,
-                             FMGPClassifier, FMGPRegressor, GPnnRegressor, GPyTorchDBKRegressor, NetworkClassifier,
-                             NetworkRegressor, NNGPRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor,
-                             SVDKLRegressor, SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
+                             FMGPClassifier, FMGPRegressor, GPnnRegressor, GPyTorchDBKRegressor, GridSVDKLRegressor,
+                             NetworkClassifier, NetworkRegressor, NNGPRegressor, SGPRRegressor, SklearnGPRegressor,
+                             SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
 
 __version__ = "0.2.0"
 __all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor", "SparseDKLRegressor",
-           "SVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets", "metrics",
+           "SVDKLRegressor", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets", "metrics",
            "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

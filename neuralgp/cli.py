@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: constant-norm features)")
     f.add_argument("--rank", type=_positive_int, default=None,
                    help="features: r of dbk/svdbk (128), the feature-map width of fmgp (64) or of the deep "
-                        "kernels dkl/sdkl/svdkl (2)")
+                        "kernels dkl/sdkl/svdkl (2; svdkl-grid: its number of 1-D GPs, 16)")
     f.add_argument("--depth", type=_positive_int, default=None,
                    help="network depth of the models with a backbone (resnet: residual blocks after the input "
                         "layer, mlp: hidden layers; default 2)")

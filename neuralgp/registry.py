@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from neuralgp.errors import InputError
 from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, DKMRegressor, ExactGPRegressor,
-                             FMGPClassifier, FMGPRegressor, GPnnRegressor, NetworkClassifier, NetworkRegressor,
-                             SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
-                             SVGPRegressor, TwoStageGPRegressor)
+                             FMGPClassifier, FMGPRegressor, GPnnRegressor, GridSVDKLRegressor, NetworkClassifier,
+                             NetworkRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
+                             SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ ESTIMATORS = {
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
     "svdkl": Entry("GPyTorch deep kernel learning with SVGP", SVDKLRegressor),
+    "svdkl-grid": Entry("GPyTorch SV-DKL as in the DAK paper: 16 network outputs, a 1-D grid (KISS-GP) variational "
+                        "GP on each, mixed linearly", GridSVDKLRegressor),
     "twostage": Entry("two-stage GP: kernel-ridge mean, exact GP variance on cross-fitted residuals, kernel search, "
                       "subsample warm start", TwoStageGPRegressor),
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "

@@ -38,6 +38,7 @@ ESTIMATORS = [
     ng.DKLRegressor(max_iter=50, hidden=16, lr=0.01, **PEER),
     ng.SparseDKLRegressor(max_iter=50, hidden=16, num_inducing=16, lr=0.01, **PEER),
     ng.SVDKLRegressor(max_epochs=50, hidden=16, num_inducing=16, lr=0.01, **PEER),
+    ng.GridSVDKLRegressor(max_epochs=50, hidden=16, feature_dim=4, num_inducing=16, lr=0.01, **PEER),
     ng.GPyTorchDBKRegressor(max_iter=50, hidden=16, feature_dim=8, lr=0.01, **PEER),
     ng.SVGPClassifier(max_epochs=60, num_inducing=16, lr=0.05, verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),

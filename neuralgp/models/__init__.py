@@ -1,8 +1,9 @@
 """Estimators: thin scikit-learn style wrappers over feature maps and the posterior engine."""
 
 from neuralgp.errors import ResourceLimitError
-from neuralgp.models.baselines import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, SGPRRegressor,
-                                       SparseDKLRegressor, SVDKLRegressor, SVGPClassifier, SVGPRegressor)
+from neuralgp.models.baselines import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, GridSVDKLRegressor,
+                                       SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
+                                       SVGPRegressor)
 from neuralgp.models.dak import DAKClassifier, DAKRegressor
 from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.dkm import DKMRegressor
@@ -15,4 +16,4 @@ from neuralgp.models.twostage import TwoStageGPRegressor
 __all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
-           "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor", "ResourceLimitError"]
+           "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor", "ResourceLimitError"]

@@ -26,7 +26,9 @@ from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import InducingPointKernel
 from gpytorch.means import ConstantMean, ZeroMean
-from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
+from gpytorch.variational import (CholeskyVariationalDistribution, GridInterpolationVariationalStrategy,
+                                  LMCVariationalStrategy, VariationalStrategy)
+from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
 
@@ -80,6 +82,43 @@ class _SVGPModel(nn.Module):
 
     def forward(self, x):
         return self.gp(self.feature(x) if self.feature is not None else x)
+
+    def inducing_shape(self) -> list[int]:
+        return list(self.gp.variational_strategy.inducing_points.shape)
+
+
+class _GridAdditiveLayer(gpytorch.models.ApproximateGP):
+    """P independent 1-D GPs, each with ``grid_size`` variational inducing values on a fixed grid over [0, 1]
+    (KISS-GP interpolation), mixed into one output by learned weights (LMC with one task)."""
+
+    def __init__(self, P: int, grid_size: int, covar):
+        q = CholeskyVariationalDistribution(grid_size, batch_shape=torch.Size([P]))
+        grid = GridInterpolationVariationalStrategy(self, grid_size=grid_size, grid_bounds=[(0.0, 1.0)],
+                                                    variational_distribution=q)
+        super().__init__(LMCVariationalStrategy(grid, num_tasks=1, num_latents=P, latent_dim=-1))
+        self.mean_module = ZeroMean(batch_shape=torch.Size([P]))
+        self.covar_module = covar
+
+    def forward(self, h):
+        return MultivariateNormal(self.mean_module(h), self.covar_module(h))
+
+
+class _GridAdditiveModel(nn.Module):
+    """Network → P outputs squashed into (0, 1) by a sigmoid → one grid GP per output, summed with LMC weights.
+    Returns the marginals of f (all that the Gaussian ELBO and the predictive use)."""
+
+    def __init__(self, feature, P: int, grid_size: int, covar):
+        super().__init__()
+        self.feature = feature
+        self.gp = _GridAdditiveLayer(P, grid_size, covar)
+
+    def forward(self, x):
+        h = torch.sigmoid(self.feature(x))  # (n, P)
+        f = self.gp(h.T.unsqueeze(-1))  # P batched 1-D inputs → (n, 1) multitask
+        return MultivariateNormal(f.mean[..., 0], DiagLinearOperator(f.variance[..., 0]))
+
+    def inducing_shape(self) -> list[int]:
+        return [1]
 
 
 class GPyTorchRegressor(NeuralGPRegressor):
@@ -251,7 +290,7 @@ class GPyTorchRegressor(NeuralGPRegressor):
             state["train_X"] = self.model_.train_inputs[0].cpu()
             state["train_y"] = self.model_.train_targets.cpu()
         else:
-            state["inducing_shape"] = list(self.model_.gp.variational_strategy.inducing_points.shape)
+            state["inducing_shape"] = self.model_.inducing_shape()
         return state
 
     def _restore(self, state: dict):
@@ -388,6 +427,25 @@ class SparseDKLRegressor(SGPRScheme):
 class SVDKLRegressor(SVGPScheme):
     """DKL with an SVGP posterior trained on mini-batches ("SVDKL")."""
     deep = True
+
+
+@register
+class GridSVDKLRegressor(SVDKLRegressor):
+    """SV-DKL as the DAK paper runs it (Wilson et al. 2016; GPyTorch's SV-DKL example): the network's
+    ``feature_dim`` = P outputs, squashed into (0, 1) by a sigmoid, each the input of its own 1-D GP (``base_kernel``,
+    its own scale and lengthscale) with ``num_inducing`` variational inducing values on a fixed grid over [0, 1]
+    (``GridInterpolationVariationalStrategy``, KISS-GP; the paper uses 64), the P GPs mixed into one output by learned weights
+    (``LMCVariationalStrategy``, one task); trained by the mini-batch ELBO as SVDKL. The paper's extra linear map
+    from the network's D_w outputs to P composes with the network's last linear layer into one (the same
+    functions for D_w ≥ P), so the network here ends at P."""
+    default_feature_dim = 16
+
+    def _kernel(self, dim: int):
+        """One 1-D kernel per network output (a batch of ``dim``), GPyTorch's default lengthscale."""
+        return make_kernel(self.base_kernel or self.default_kernel, batch_shape=torch.Size([dim]))
+
+    def _gp_model(self, Xt, yt, feature, covar):
+        return _GridAdditiveModel(feature, self.feature_dim or self.default_feature_dim, self.num_inducing, covar)
 
 
 @register

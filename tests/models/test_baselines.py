@@ -10,11 +10,11 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 import neuralgp
-from neuralgp.models import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, ResourceLimitError,
-                             SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
+from neuralgp.models import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, GridSVDKLRegressor,
+                             ResourceLimitError, SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPRegressor)
 
 ALL = [ExactGPRegressor, SGPRRegressor, SVGPRegressor, DKLRegressor, SparseDKLRegressor, SVDKLRegressor,
-       GPyTorchDBKRegressor]
+       GridSVDKLRegressor, GPyTorchDBKRegressor]
 FAST = dict(max_iter=30, max_epochs=4, lr=1e-2, num_inducing=16, hidden=16, verbose=False)
 
 
@@ -69,6 +69,32 @@ def test_deep_kernel_feature_dimensions():
     X, y = toy()
     assert DKLRegressor(**FAST).fit(X, y).model_.covar_module.base_kernel.lengthscale.shape == (1, 2)
     assert GPyTorchDBKRegressor(**FAST).fit(X, y).model_.feature.out.out_features == 128
+
+
+def test_grid_svdkl_is_a_mixed_sum_of_one_dimensional_grid_gps_on_squashed_network_outputs():
+    """f(x) = Σ_p a_p g_p(σ(h_p(x))) with independent 1-D GPs g_p on fixed grids over [0, 1]: the predictive
+    marginals are Σ a_p m_p and Σ a_p² v_p (+ GPyTorch's jitter) of the P grid GPs, each evaluated at its own network output."""
+    X, y = toy()
+    model = GridSVDKLRegressor(feature_dim=3, **FAST).fit(X, y)
+    strategy = model.model_.gp.variational_strategy
+    grid = strategy.base_variational_strategy
+    assert grid.inducing_points.shape == (16, 1) and float(grid.inducing_points.min()) <= 0.0 < 1.0 <= float(
+        grid.inducing_points.max())
+    Xt = model._as_tensor(model.x_scaler_.transform(X[:7]))
+    with torch.no_grad():
+        f = model.model_(Xt)
+        h = torch.sigmoid(model.model_.feature(Xt))  # (7, P)
+        g = grid(h.T.unsqueeze(-1))  # P independent GPs, each on its own coordinate
+        a = strategy.lmc_coefficients[:, 0]
+        torch.testing.assert_close(f.mean, (a[:, None] * g.mean).sum(0))
+        jitter = strategy.jitter_val  # GPyTorch's LMC adds it to the mixed covariance
+        torch.testing.assert_close(f.variance, (a[:, None] ** 2 * g.variance).sum(0) + jitter)
+        # one network output moved: only its own term changes
+        h2 = h.clone()
+        h2[:, 0] = 0.5
+        g2 = grid(h2.T.unsqueeze(-1))
+        torch.testing.assert_close(g2.mean[1:], g.mean[1:])
+        assert not torch.allclose(g2.mean[0], g.mean[0])
 
 
 def test_float64_option():
