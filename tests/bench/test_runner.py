@@ -77,3 +77,18 @@ def test_fmgp_quick_suites_recalibrate_and_show_the_paper(tmp_path):
     records = read_records(out / "results.jsonl")
     assert all(r["status"] == "ok" and 0 <= r["error"] <= 1 and r["temperature"] > 0 for r in records)
     assert "0.122 ± 0.016" in (out / "table.md").read_text()
+
+
+def test_metric_table_bolds_the_coverage_closest_to_its_level(tmp_path):
+    """Lower is better for errors; for coverage and mean z² the best is the nominal value, not the lowest."""
+    base = {"suite": "dkm-table1", "dataset": "gal/yacht", "seed": 0, "quick": False, "status": "ok",
+            "device": "cpu", "threads": 1, "budget_s": 60.0, "commit": "0123456"}
+    rows = [("DKM", 0.5, 0.62, 3.0), ("kernel hyper", 0.4, 0.93, 1.2), ("features", 0.9, 0.99, 0.5)]
+    (tmp_path / "results.jsonl").write_text("".join(
+        json.dumps({**base, "model": m, "rmse_original": e, "coverage_95": c, "mean_z2": z, "nll": e, "train_seconds": 1 + e})
+        + "\n" for m, e, c, z in rows))
+    run_suite(SUITES["dkm-table1"], tmp_path, report_only=True, verbose=False)
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    row = {m: next(line for line in lines if line.startswith(f"| {m} |")) for m, *_ in rows}
+    assert "**0.93**" in row["kernel hyper"] and "**0.4**" in row["kernel hyper"] and "**1.2**" in row["kernel hyper"]
+    assert "**" not in row["DKM"] and "**" not in row["features"].replace("**0.55**", "")  # the paper's bold cell
