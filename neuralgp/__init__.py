@@ -12,5 +12,6 @@ __version__ = "0.2.0"
 __all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor", "SparseDKLRegressor",
-           "SVDKLRegressor", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets", "metrics",
+           "SVDKLRegressor", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets",
+           "metrics",
            "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

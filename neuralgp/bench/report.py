@@ -171,7 +171,8 @@ def metric_table(suite: Suite, records: list[dict]) -> str:
     """Per dataset: one row per model, mean ± std over seeds of each of ``suite.columns``, the paper beside."""
     lines = [f"# {suite.name}: ours beside the paper's (p.) numbers", "", suite.note, "",
              "Mean ± std over seeds; **bold** = our best of the column (lower is better; mean z²: closest to 1; "
-             "coverage: closest to its level); † = some seeds hit the time budget; 'skipped'/'failed' rows give the reason in results.jsonl.", ""]
+             "coverage: closest to its level); † = some seeds hit the time budget; 'skipped'/'failed' rows give the "
+             "reason in results.jsonl.", ""]
     header = ["model", "seeds"]
     for key, label, paper_idx in suite.columns:
         header += [label] + ([f"p. {label}"] if paper_idx is not None else [])

@@ -16,4 +16,5 @@ from neuralgp.models.twostage import TwoStageGPRegressor
 __all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
-           "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor", "ResourceLimitError"]
+           "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor",
+           "ResourceLimitError"]

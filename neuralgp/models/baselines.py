@@ -434,11 +434,15 @@ class GridSVDKLRegressor(SVDKLRegressor):
     """SV-DKL as the DAK paper runs it (Wilson et al. 2016; GPyTorch's SV-DKL example): the network's
     ``feature_dim`` = P outputs, squashed into (0, 1) by a sigmoid, each the input of its own 1-D GP (``base_kernel``,
     its own scale and lengthscale) with ``num_inducing`` variational inducing values on a fixed grid over [0, 1]
-    (``GridInterpolationVariationalStrategy``, KISS-GP; the paper uses 64), the P GPs mixed into one output by learned weights
-    (``LMCVariationalStrategy``, one task); trained by the mini-batch ELBO as SVDKL. The paper's extra linear map
-    from the network's D_w outputs to P composes with the network's last linear layer into one (the same
+    (``GridInterpolationVariationalStrategy``, KISS-GP; the paper uses 64), the P GPs mixed into one output by
+    learned weights (``LMCVariationalStrategy``, one task); trained by the mini-batch ELBO as SVDKL. The paper's extra
+    linear map from the network's D_w outputs to P composes with the network's last linear layer into one (the same
     functions for D_w ≥ P), so the network here ends at P."""
     default_feature_dim = 16
+
+    def supports_distributed(self) -> bool:
+        """Not tested across processes: one process only."""
+        return False
 
     def _kernel(self, dim: int):
         """One 1-D kernel per network output (a batch of ``dim``), GPyTorch's default lengthscale."""

@@ -85,8 +85,8 @@ def test_metric_table_bolds_the_coverage_closest_to_its_level(tmp_path):
             "device": "cpu", "threads": 1, "budget_s": 60.0, "commit": "0123456"}
     rows = [("DKM", 0.5, 0.62, 3.0), ("kernel hyper", 0.4, 0.93, 1.2), ("features", 0.9, 0.99, 0.5)]
     (tmp_path / "results.jsonl").write_text("".join(
-        json.dumps({**base, "model": m, "rmse_original": e, "coverage_95": c, "mean_z2": z, "nll": e, "train_seconds": 1 + e})
-        + "\n" for m, e, c, z in rows))
+        json.dumps({**base, "model": m, "rmse_original": e, "coverage_95": c, "mean_z2": z, "nll": e,
+                    "train_seconds": 1 + e}) + "\n" for m, e, c, z in rows))
     run_suite(SUITES["dkm-table1"], tmp_path, report_only=True, verbose=False)
     lines = (tmp_path / "table.md").read_text().splitlines()
     row = {m: next(line for line in lines if line.startswith(f"| {m} |")) for m, *_ in rows}

@@ -73,7 +73,8 @@ def test_deep_kernel_feature_dimensions():
 
 def test_grid_svdkl_is_a_mixed_sum_of_one_dimensional_grid_gps_on_squashed_network_outputs():
     """f(x) = Σ_p a_p g_p(σ(h_p(x))) with independent 1-D GPs g_p on fixed grids over [0, 1]: the predictive
-    marginals are Σ a_p m_p and Σ a_p² v_p (+ GPyTorch's jitter) of the P grid GPs, each evaluated at its own network output."""
+    marginals are Σ a_p m_p and Σ a_p² v_p (+ GPyTorch's jitter) of the P grid GPs, each at its own network
+    output."""
     X, y = toy()
     model = GridSVDKLRegressor(feature_dim=3, **FAST).fit(X, y)
     strategy = model.model_.gp.variational_strategy
