@@ -18,13 +18,15 @@ import sys
 import numpy as np
 import torch
 
-from neuralgp.bench.calibration import calibrated
+from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated
 from neuralgp.bench.suites.calibration import DATASETS, LARGE, split_of, splits_of
 from neuralgp.datasets import load
+from neuralgp.metrics import coverage, mean_z2
 from neuralgp.registry import build
 
-RULES = {"mean z²": lambda z: float(np.mean(z ** 2)),
-         "95 % quantile": lambda z: float((np.quantile(np.abs(z), 0.95) / 1.96) ** 2)}
+# validation (y, mean, std) → the factor α that scales the predictive variance
+RULES = {"mean z²": mean_z2,
+         "95 % quantile": lambda y, mean, std: float((np.quantile(np.abs(y - mean) / std, 0.95) / 1.959964) ** 2)}
 
 
 def main(model: str):
@@ -32,25 +34,27 @@ def main(model: str):
     counts = dict.fromkeys(RULES, 0)
     print("set\tn_test\t" + "\t".join(f"{r}: coverage\t{r}: mean z²\t{r}: ok" for r in RULES), flush=True)
     for name in [d for d in DATASETS if d not in LARGE and d != "uci/challenger"]:  # challenger: 13 test points
-        z_test = {r: [] for r in RULES}
+        y, mean, std = [], [], {r: [] for r in RULES}
         for seed in splits_of(name):
             d = load(name, split=split_of(name, seed))
             m = build(model, recalibration=False, verbose=False).fit(d.X_train, d.y_train, d.X_val, d.y_val)
-            mu, sd = m.predict(d.X_val, return_std=True)
-            z_val = (d.y_val - mu) / sd
+            val = (d.y_val, *m.predict(d.X_val, return_std=True))
             mu, sd = m.predict(d.X_test, return_std=True)
+            y.append(d.y_test)
+            mean.append(mu)
             for rule, alpha in RULES.items():
-                z_test[rule].append((d.y_test - mu) / (sd * np.sqrt(alpha(z_val))))
+                std[rule].append(sd * np.sqrt(alpha(*val)))
+        y, mean = np.concatenate(y), np.concatenate(mean)
         cells = []
-        n = sum(len(z) for z in z_test["mean z²"])
         for rule in RULES:
-            z = np.concatenate(z_test[rule])
-            p = {"n_test": n, "coverage_95": float(np.mean(np.abs(z) < 1.959964)), "mean_z2": float(np.mean(z ** 2))}
+            s = np.concatenate(std[rule])
+            p = {"n_test": len(y), "coverage_95": coverage(y, mean, s, 0.95), "mean_z2": mean_z2(y, mean, s)}
             ok = calibrated(p)
-            counts[rule] += ok and n >= 50
+            counts[rule] += ok and len(y) >= MIN_POOLED_TEST
             cells += [f"{p['coverage_95']:.3f}", f"{p['mean_z2']:.2f}", "yes" if ok else "no"]
-        print(f"{name}\t{n}\t" + "\t".join(cells), flush=True)
-    print("calibrated (sets with >= 50 test points)\t\t" + "\t".join(f"\t\t{counts[r]}" for r in RULES))
+        print(f"{name}\t{len(y)}\t" + "\t".join(cells), flush=True)
+    print(f"calibrated (sets with >= {MIN_POOLED_TEST} test points)\t\t"
+          + "\t".join(f"\t\t{counts[r]}" for r in RULES))
 
 
 if __name__ == "__main__":
