@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
 from neuralgp import distributed
 from neuralgp.chunking import gradient_block_rows
@@ -14,6 +15,17 @@ from neuralgp.metrics import classification_report, coverage, nll, regression_re
 
 RELIABILITY_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 DAK_PAPER_NOISE = 0.69325  # softplus(0) + 1e-4
+
+
+def count_parameters(model) -> int | None:
+    """Trained parameters (elements) of the fitted model's torch modules — network, kernel, likelihood, variational
+    distribution — as the DAK paper's Table 4 counts them; None for a model that holds none (kernel ridge,
+    scikit-learn's GP, DKM's Gram matrices)."""
+    modules = [v for v in vars(model).values() if isinstance(v, torch.nn.Module)]
+    if not modules:
+        return None
+    unique = {id(p): p for module in modules for p in module.parameters()}
+    return sum(p.numel() for p in unique.values())
 
 
 def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: bool = False) -> dict:
@@ -55,6 +67,7 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   out_of_time=bool(log.out_of_time) if log else False,
                   seconds_per_iteration=train_seconds / max(1, int(getattr(model, "n_iter_", 0))),
                   noise_variance=None if noise is None else float(noise) / sd ** 2,
+                  n_parameters=count_parameters(model),
                   variance_scale=float(getattr(model, "variance_scale", 1.0)),
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
@@ -107,5 +120,5 @@ def evaluate_classification(model, ds) -> dict:
                   predict_seconds_per_point=predict_seconds / len(ds.y_test), temperature=model.temperature_,
                   iterations=int(getattr(model, "n_iter_", 0)), n_train=len(ds.y_train), n_test=len(ds.y_test),
                   seconds_per_iteration=train_seconds / max(1, int(getattr(model, "n_iter_", 0))),
-                  out_of_time=bool(model.train_log_.out_of_time))
+                  n_parameters=count_parameters(model), out_of_time=bool(model.train_log_.out_of_time))
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

@@ -165,6 +165,7 @@ def scaling_plot(suite: Suite, records: list[dict], path: Path):
 
 # columns whose best value is a target, not the lowest
 TARGET_VALUES = {"mean_z2": 1.0, "coverage_50": 0.5, "coverage_90": 0.9, "coverage_95": 0.95}
+COUNTS = {"n_parameters"}  # shown as the distinct values over seeds, not ranked
 
 
 def metric_table(suite: Suite, records: list[dict]) -> str:
@@ -186,12 +187,17 @@ def metric_table(suite: Suite, records: list[dict]) -> str:
         for m, rs in rows.items():
             cells = [m + (" †" if any(r["status"] == "time-capped" for r in rs) else ""), f"{len(ok[m])}/{len(rs)}"]
             for key, label, paper_idx in suite.columns:
-                target = TARGET_VALUES.get(key)
-                badness = (lambda v: v) if target is None else (lambda v, t=target: abs(v - t))
-                means = {mm: badness(statistics.mean(r[key] for r in o)) for mm, o in ok.items() if o}
-                vals = [r[key] for r in ok[m]]
-                cell = mean_std(vals, ".4g", " ± ", "")
-                cells.append(f"**{cell}**" if vals and means[m] == min(means.values()) and len(means) > 1 else cell)
+                vals = [r[key] for r in ok[m] if r.get(key) is not None]
+                if key in COUNTS:
+                    cells.append(" / ".join(f"{v:,}" for v in sorted(set(vals))) or "–")
+                else:
+                    target = TARGET_VALUES.get(key)
+                    badness = (lambda v: v) if target is None else (lambda v, t=target: abs(v - t))
+                    means = {mm: badness(statistics.mean(vs)) for mm, o in ok.items()
+                             if (vs := [r[key] for r in o if r.get(key) is not None])}
+                    cell = mean_std(vals, ".4g", " ± ", "")
+                    cells.append(f"**{cell}**" if vals and means[m] == min(means.values()) and len(means) > 1
+                                 else cell)
                 if paper_idx is not None:
                     p = paper.get(m)
                     cells.append(p[paper_idx] if p and len(p) > paper_idx else "–")

@@ -19,20 +19,24 @@ from neuralgp.train import minibatch_epoch, train
 
 @register
 class NetworkClassifier(NeuralGPClassifier):
-    """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm; ``backbone="cnn"``: the small image CNN) → C logits, Adam on
-    mini-batch cross-entropy."""
+    """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm; ``hidden`` a tuple: one layer per width; ``backbone="cnn"``:
+    the small image CNN) → C logits, Adam on mini-batch cross-entropy. With ``embedding_dim`` the network ends at
+    that many outputs and a linear head maps them to the C logits: DAK's extractor (``hidden=(64, 32),
+    embedding_dim=64``) with a plain head, the DAK paper's "NN" row."""
 
-    param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": POSITIVE_INT, "depth": POSITIVE_INT,
+    param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": (POSITIVE_INT, int_tuple(1)), "depth": POSITIVE_INT,
+                   "embedding_dim": (NONE, POSITIVE_INT),
                    "activation": one_of(*ACTIVATIONS), "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT,
                    "batch_size": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
                    "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
-    def __init__(self, backbone="mlp", hidden=512, depth=2, activation="relu", norm="layer", max_epochs=30,
-                 batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, input_scaling="standard", seed=0,
-                 device="cpu", verbose=True):
+    def __init__(self, backbone="mlp", hidden=512, depth=2, embedding_dim=None, activation="relu", norm="layer",
+                 max_epochs=30, batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, input_scaling="standard",
+                 seed=0, device="cpu", verbose=True):
         self.backbone = backbone
         self.hidden = hidden
         self.depth = depth
+        self.embedding_dim = embedding_dim
         self.activation = activation
         self.norm = norm
         self.max_epochs = max_epochs
@@ -46,9 +50,15 @@ class NetworkClassifier(NeuralGPClassifier):
         self.verbose = verbose
 
     def _new_net(self, in_dim: int, n_classes: int) -> nn.Module:
+        out = n_classes if self.embedding_dim is None else int(self.embedding_dim)
         if self.backbone == "cnn":  # the small image CNN (``hidden``, ``depth``, ``norm`` unused)
-            return ImageCNN(in_dim, n_classes).to(self.device)
-        return MLP(in_dim, n_classes, self.hidden, self.depth, self.activation, self.norm).to(self.device)
+            net = ImageCNN(in_dim, out)
+        else:
+            hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
+            net = MLP(in_dim, out, hidden, self.depth, self.activation, self.norm)
+        if self.embedding_dim is not None:
+            net = nn.Sequential(net, nn.Linear(out, n_classes))
+        return net.to(self.device)
 
     def _fit_scaled(self, X, labels, C):
         with torch.random.fork_rng(devices=[]):

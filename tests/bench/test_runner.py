@@ -92,3 +92,22 @@ def test_metric_table_bolds_the_coverage_closest_to_its_level(tmp_path):
     row = {m: next(line for line in lines if line.startswith(f"| {m} |")) for m, *_ in rows}
     assert "**0.93**" in row["kernel hyper"] and "**0.4**" in row["kernel hyper"] and "**1.2**" in row["kernel hyper"]
     assert "**" not in row["DKM"] and "**" not in row["features"].replace("**0.55**", "")  # the paper's bold cell
+
+
+def test_parameter_counts_are_recorded_and_shown_unranked(tmp_path):
+    """dak-classification's 'parameters' column: each row's count from its records (old records without one: –),
+    never bold; the metric columns still rank."""
+    base = {"suite": "dak-classification", "dataset": "uci_classification/magic", "quick": False, "status": "ok",
+            "device": "cpu", "threads": 1, "budget_s": 60.0, "commit": "0123456", "nll": 0.3, "ece": 0.02,
+            "train_seconds": 1.0, "seconds_per_iteration": 0.01}
+    records = [{**base, "model": "DAK", "seed": s, "error": 0.12, "n_parameters": 11666} for s in (0, 1)]
+    records += [{**base, "model": "NN", "seed": 0, "error": 0.10, "n_parameters": 1234},
+                {**base, "model": "SVGP", "seed": 0, "error": 0.13}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run_suite(SUITES["dak-classification"], tmp_path, report_only=True, verbose=False)
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| model |")).split(" | ")
+    row = {m: next(line for line in lines if line.startswith(f"| {m} |")).split(" | ") for m in ("DAK", "NN", "SVGP")}
+    col = header.index("parameters")
+    assert (row["DAK"][col], row["NN"][col], row["SVGP"][col]) == ("11,666", "1,234", "–")
+    assert row["NN"][header.index("error")] == "**0.1**"

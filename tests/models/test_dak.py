@@ -187,3 +187,23 @@ def test_cnn_backbone_on_square_images_and_a_clear_error_otherwise():
         assert model.fit(X, y).predict_proba(X[:5]).shape == (5, 2)
     with pytest.raises(ValueError, match="not a square"):
         ng.DAKRegressor(backbone="cnn", **SMALL).fit(*_data(30))
+
+
+@pytest.mark.parametrize("backbone", ["mlp", "cnn"])
+def test_the_network_row_has_daks_extractor_with_a_linear_head(tmp_path, backbone):
+    """The DAK paper's "NN": DAK's own feature network (same layers, same parameter count) and a linear head to the
+    C logits; it saves and loads."""
+    from neuralgp.bench.evaluate import count_parameters
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 16, (120, 64))
+    y = (X[:, :32].mean(1) > X[:, 32:].mean(1)).astype(int) + (X[:, 0] > 8)
+    kw = dict(backbone=backbone, hidden=(64, 32), embedding_dim=64, max_epochs=2, verbose=False)
+    dak = ng.DAKClassifier(**kw).fit(X, y)
+    net = ng.NetworkClassifier(norm=None, **kw).fit(X, y)
+    extractor, head = net.net_
+    assert sum(p.numel() for p in extractor.parameters()) == sum(p.numel() for p in dak.module_.net.net.parameters())
+    assert (head.in_features, head.out_features) == (64, 3)
+    assert count_parameters(net) == sum(p.numel() for p in net.net_.parameters())
+    P, M = dak.n_projections, 2 ** dak.grid_level - 1
+    assert count_parameters(dak) > sum(p.numel() for p in dak.module_.net.net.parameters()) + 2 * 3 * P * M
+    assert np.allclose(ng.load(net.save(tmp_path / "net.pt")).predict_proba(X[:5]), net.predict_proba(X[:5]))

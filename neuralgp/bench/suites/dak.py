@@ -112,13 +112,14 @@ TABLE2_MODELS = {
     "FM-GP": factory("fmgp"),
 }
 
-# the same extractor for DAK and the network: an MLP (64, 32) on tabular sets, the small CNN on digits
+# the same extractor for DAK and the network — an MLP D → 64 → 32 → 64 on the tabular sets, the small CNN to 64
+# outputs on digits — then DAK's grid layer or the network's linear head
 _NN = dict(norm=None, max_epochs=100, batch_size=512)
 CLASSIFICATION_MODELS = {
     "DAK": factory("dak", "classification", max_epochs=100),
-    "NN": factory("network", "classification", hidden=64, depth=2, **_NN),
+    "NN": factory("network", "classification", hidden=(64, 32), embedding_dim=64, **_NN),
     "DAK (CNN)": factory("dak", "classification", backbone="cnn", max_epochs=100),
-    "NN (CNN)": factory("network", "classification", backbone="cnn", **_NN),
+    "NN (CNN)": factory("network", "classification", backbone="cnn", embedding_dim=64, **_NN),
     "SVGP": factory("svgp", "classification"),
     "FM-GP": factory("fmgp", "classification"),
 }
@@ -261,8 +262,10 @@ SUITES = [
         note="1000 test and 1000 calibration points (digits: 20 % / 20 %), the rest train; temperature scaling on "
              "the calibration points for every model. Tabular stand-ins for the paper's image sets (no MNIST/CIFAR "
              "here): the DAK and NN rows share their extractor, a small CNN on digits (8 × 8 images), an MLP "
-             "(64, 32) on "
-             "the tabular sets. SVGP: GPyTorch SVGP per class on Dirichlet targets, on the inputs (no network).",
+             "D → 64 → 32 → 64 on the tabular sets, followed by DAK's grid layer or a linear head. Parameters: "
+             "the trained elements of the fitted torch modules (network, kernel, likelihood, variational "
+             "distribution). SVGP: GPyTorch SVGP per class on Dirichlet targets, on the inputs (no network).",
         columns=[("error", "error", None), ("nll", "NLL", None), ("ece", "ECE", None),
-                 ("train_seconds", "train s", None), ("seconds_per_iteration", "s/epoch", None)]),
+                 ("n_parameters", "parameters", None), ("train_seconds", "train s", None),
+                 ("seconds_per_iteration", "s/epoch", None)]),
 ]
