@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from neuralgp.errors import InputError
 from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegressor, DKMRegressor, ExactGPRegressor,
                              FMGPClassifier, FMGPRegressor, GPnnRegressor, GridSVDKLRegressor, NetworkClassifier,
-                             NetworkRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLRegressor,
-                             SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
+                             NetworkRegressor, SGPRRegressor, SklearnGPRegressor, SparseDKLRegressor, SVDKLClassifier,
+                             SVDKLRegressor, SVGPClassifier, SVGPRegressor, TwoStageGPRegressor)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,8 @@ ESTIMATORS = {
                   SVGPClassifier),
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
-    "svdkl": Entry("GPyTorch deep kernel learning with SVGP", SVDKLRegressor),
+    "svdkl": Entry("GPyTorch deep kernel learning with SVGP (classification: DAK's network, one SVGP per class, "
+                   "softmax likelihood)", SVDKLRegressor, SVDKLClassifier),
     "svdkl-grid": Entry("GPyTorch SV-DKL as in the DAK paper: 16 network outputs, a 1-D grid (KISS-GP) variational "
                         "GP on each, mixed linearly", GridSVDKLRegressor),
     "twostage": Entry("two-stage GP: kernel-ridge mean, exact GP variance on cross-fitted residuals, kernel search, "

@@ -41,6 +41,8 @@ ESTIMATORS = [
     ng.GridSVDKLRegressor(max_epochs=50, hidden=16, feature_dim=4, num_inducing=16, lr=0.01, **PEER),
     ng.GPyTorchDBKRegressor(max_iter=50, hidden=16, feature_dim=8, lr=0.01, **PEER),
     ng.SVGPClassifier(max_epochs=60, num_inducing=16, lr=0.05, verbose=False),
+    ng.SVDKLClassifier(hidden=(16,), embedding_dim=8, num_inducing=16, max_epochs=60, lr=1e-2, gp_lr=0.05,
+                       verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
     ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False),
     ng.DKMRegressor(max_iter=3, verbose=False),

@@ -2,8 +2,8 @@
 
 from neuralgp.errors import ResourceLimitError
 from neuralgp.models.baselines import (DKLRegressor, ExactGPRegressor, GPyTorchDBKRegressor, GridSVDKLRegressor,
-                                       SGPRRegressor, SparseDKLRegressor, SVDKLRegressor, SVGPClassifier,
-                                       SVGPRegressor)
+                                       SGPRRegressor, SparseDKLRegressor, SVDKLClassifier, SVDKLRegressor,
+                                       SVGPClassifier, SVGPRegressor)
 from neuralgp.models.dak import DAKClassifier, DAKRegressor
 from neuralgp.models.dbk import DBKRegressor
 from neuralgp.models.dkm import DKMRegressor
@@ -16,5 +16,5 @@ from neuralgp.models.twostage import TwoStageGPRegressor
 __all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
            "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
            "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
-           "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor",
+           "SVDKLClassifier", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor",
            "ResourceLimitError"]

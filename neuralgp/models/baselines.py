@@ -27,7 +27,8 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import InducingPointKernel
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.variational import (CholeskyVariationalDistribution, GridInterpolationVariationalStrategy,
-                                  LMCVariationalStrategy, VariationalStrategy)
+                                  IndependentMultitaskVariationalStrategy, LMCVariationalStrategy,
+                                  VariationalStrategy)
 from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import nn
@@ -35,14 +36,14 @@ from torch import nn
 from neuralgp import distributed
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
-from neuralgp.features import build_backbone
-from neuralgp.features.networks import ACTIVATIONS, BACKBONES
+from neuralgp.features import MLP, build_backbone
+from neuralgp.features.networks import ACTIVATIONS, BACKBONES, ImageCNN
 from neuralgp.io import register
 from neuralgp.kernels import KERNELS, make_kernel
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             one_of)
+                             int_tuple, one_of)
 from neuralgp.posterior.dirichlet import dirichlet_targets
 from neuralgp.train import adam, minibatch_epoch, train
 
@@ -553,4 +554,118 @@ class SVGPClassifier(NeuralGPClassifier):
         self._build(self.n_features_in_, len(self.classes_))
         self.model_.load_state_dict(state["model"])
         self.model_.eval()
+        self.n_iter_ = state["n_iter"]
+
+
+class _MulticlassSVGP(gpytorch.models.ApproximateGP):
+    """C independent SVGPs (a batch) with their own inducing inputs, as one (n, C) multitask output."""
+
+    def __init__(self, inducing: torch.Tensor, n_classes: int, covar):
+        batch = torch.Size([n_classes])
+        q = CholeskyVariationalDistribution(inducing.shape[-2], batch_shape=batch)
+        base = VariationalStrategy(self, inducing.expand(n_classes, *inducing.shape).clone(), q,
+                                   learn_inducing_locations=True)
+        super().__init__(IndependentMultitaskVariationalStrategy(base, num_tasks=n_classes))
+        self.mean_module = ZeroMean(batch_shape=batch)
+        self.covar_module = covar
+
+    def forward(self, z):
+        return MultivariateNormal(self.mean_module(z), self.covar_module(z))
+
+
+@register
+class SVDKLClassifier(NeuralGPClassifier):
+    """"NN+SVGP" of the DAK paper's classification table: DAK's feature network (an MLP D → ``hidden`` →
+    ``embedding_dim``, or the small image CNN to ``embedding_dim``) → one SVGP per class on its outputs (RBF-ARD,
+    ``num_inducing`` learned inducing points started at random training rows' features) → GPyTorch's
+    ``SoftmaxLikelihood``, trained jointly by the mini-batch ELBO (GPyTorch's multi-class SVGP recipe). Adam at
+    ``lr`` for the network (weight decay on its weight matrices) and ``gp_lr`` for the GP and likelihood;
+    probabilities E[softmax(f/T)] over draws of f's marginals."""
+
+    param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": int_tuple(0), "embedding_dim": POSITIVE_INT,
+                   "activation": one_of(*ACTIVATIONS), "num_inducing": POSITIVE_INT, "n_samples": POSITIVE_INT,
+                   "lr": POSITIVE, "gp_lr": POSITIVE, "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT,
+                   "max_epochs": POSITIVE_INT, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+
+    def __init__(self, backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", num_inducing=64,
+                 n_samples=256, lr=1e-3, gp_lr=1e-2, weight_decay=0.0, batch_size=512, max_epochs=100,
+                 max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):
+        self.backbone = backbone
+        self.hidden = hidden
+        self.embedding_dim = embedding_dim
+        self.activation = activation
+        self.num_inducing = num_inducing
+        self.n_samples = n_samples
+        self.lr = lr
+        self.gp_lr = gp_lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.max_time = max_time
+        self.input_scaling = input_scaling
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+
+    def _build(self, n_features: int, n_classes: int, Xt=None):
+        D = int(self.embedding_dim)
+        if self.backbone == "cnn":
+            net = ImageCNN(n_features, D)
+        else:
+            net = MLP(n_features, D, tuple(self.hidden), activation=self.activation)
+        self.net_ = net.to(self.device)
+        if Xt is None:  # restoring: the saved state replaces these
+            inducing = torch.zeros(self.num_inducing, D)
+        else:
+            idx = torch.randperm(len(Xt), generator=torch.Generator().manual_seed(self.seed))[:self.num_inducing]
+            with torch.no_grad():
+                inducing = self.net_(Xt[idx]).clone()
+        covar = make_kernel("rbf", D, ard=True, lengthscale=math.sqrt(D), batch_shape=torch.Size([n_classes]))
+        self.gp_ = _MulticlassSVGP(inducing, n_classes, covar).to(self.device)
+        self.likelihood_ = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=n_classes,
+                                                                  mixing_weights=False).to(self.device)
+
+    def _forward(self, Xt):
+        return self.gp_(self.net_(Xt))
+
+    def _fit_scaled(self, X, labels, C):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            Xt, yt = self._tensor(X), torch.as_tensor(labels, device=self.device)
+            self._build(X.shape[1], C, Xt)
+            modules = nn.ModuleDict({"net": self.net_, "gp": self.gp_, "likelihood": self.likelihood_})
+            opt = adam(modules, self.net_, self.lr, self.weight_decay, own_lr={"gp": self.gp_lr,
+                                                                               "likelihood": self.gp_lr})
+            mll = gpytorch.mlls.VariationalELBO(self.likelihood_, self.gp_, num_data=len(yt))
+            gen = torch.Generator().manual_seed(self.seed)
+            modules.train()
+
+            def batch_loss(idx):
+                try:
+                    return -mll(self._forward(Xt[idx]), yt[idx])
+                except NUMERICAL_ERRORS:
+                    return torch.tensor(math.nan)
+
+            self.train_log_ = train(modules, lambda: minibatch_epoch(batch_loss, len(yt), int(self.batch_size), gen,
+                                                                     opt, min_batch=2),
+                                    self.max_epochs, None, eval_every=self.max_epochs, verbose=self.verbose,
+                                    desc="SVDKL classifier", unit="epoch", max_seconds=self.max_time)
+        modules.eval()
+        self.n_iter_ = self.train_log_.steps
+
+    def _latent_samples(self, Xs) -> torch.Tensor:
+        with torch.no_grad():
+            f = self._forward(self._tensor(Xs))
+            mean, var = f.mean.double(), f.variance.clamp_min(0).double()  # (m, C); float64 probabilities
+        return softmax_samples(mean, var, self.n_samples, self.seed)
+
+    def _fitted_state(self) -> dict:
+        return {name: {k: v.cpu() for k, v in getattr(self, name).state_dict().items()}
+                for name in ("net_", "gp_", "likelihood_")} | {"n_iter": self.n_iter_}
+
+    def _restore(self, state: dict):
+        self._build(self.n_features_in_, len(self.classes_))
+        for name in ("net_", "gp_", "likelihood_"):
+            getattr(self, name).load_state_dict(state[name])
+            getattr(self, name).eval()
         self.n_iter_ = state["n_iter"]

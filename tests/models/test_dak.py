@@ -207,3 +207,10 @@ def test_the_network_row_has_daks_extractor_with_a_linear_head(tmp_path, backbon
     P, M = dak.n_projections, 2 ** dak.grid_level - 1
     assert count_parameters(dak) > sum(p.numel() for p in dak.module_.net.net.parameters()) + 2 * 3 * P * M
     assert np.allclose(ng.load(net.save(tmp_path / "net.pt")).predict_proba(X[:5]), net.predict_proba(X[:5]))
+    svdkl = ng.SVDKLClassifier(num_inducing=8, **kw).fit(X, y)
+    assert sum(p.numel() for p in svdkl.net_.parameters()) == sum(p.numel() for p in dak.module_.net.net.parameters())
+    Z = svdkl.gp_.variational_strategy.base_variational_strategy.inducing_points
+    assert Z.shape == (3, 8, 64)  # one SVGP per class on the 64 network outputs
+    proba = svdkl.predict_proba(X[:5])
+    assert np.allclose(proba.sum(1), 1) and np.allclose(ng.load(svdkl.save(tmp_path / "s.pt")).predict_proba(X[:5]),
+                                                        proba)
