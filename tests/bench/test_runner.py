@@ -17,6 +17,9 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
     records = read_records(out / "results.jsonl")
     assert [r["model"] for r in records] == ["DBK", "SVGP", "sGP"]
     assert records[0]["params"]["depth"] == 1 and records[0]["params"]["rank"] == 128  # what ran is on record
+    # DBK: the depth-1 ResNet on pol's 26 inputs to r = 128 features (input layer, one block, output layer), the
+    # feature scale and the noise; no q(w) in exact inference
+    assert records[0]["n_parameters"] == 26 * 128 + 128 + 2 * (128 * 128 + 128) + 2
     for r in records:
         assert r["status"] in ("ok", "time-capped") and r["quick"] and r["n_train"] == 300
         for key in ("rmse", "nll", "train_seconds", "peak_memory_mb", "torch", "gpytorch", "threads", "machine", "commit",
