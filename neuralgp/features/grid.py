@@ -16,6 +16,8 @@ from torch.autograd.function import once_differentiable
 
 KERNELS = ("laplace", "matern32")
 MAX_LEVEL = 20
+TABLE_LEVEL = 12  # Laplace activations from per-cell tables (2^L rows) up to this level, from the stencils above it
+TABLE_MAX_EXPONENT = 20.0  # … and while e^{±(h − c_k)/θ} stays below e^20 inside a cell
 
 
 def sorted_dyadic_points(level: int) -> torch.Tensor:
@@ -46,8 +48,11 @@ class InducedGrid:
         self.size = 2 ** level - 1
         self.points = lo + (hi - lo) * sorted_dyadic_points(level)
         self._R = None
+        self._tables = None
         if kernel == "laplace":
             self._stencil = self._laplace_stencil()
+            if level <= TABLE_LEVEL and (hi - lo) / 2 ** (level + 1) / self.lengthscale <= TABLE_MAX_EXPONENT:
+                self._tables = self._laplace_tables()
 
     def k(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The kernel on broadcast tensors; 0 against ±inf (Algorithm 1's convention)."""
@@ -78,6 +83,21 @@ class InducedGrid:
                 coefs.append([next(c) if math.isfinite(p) else 0.0 for p in pts])
         return torch.tensor(points, dtype=torch.float64), torch.tensor(coefs, dtype=torch.float64)
 
+    def _laplace_tables(self):
+        """Per fine cell k — the 2^L intervals between consecutive grid points of all levels, centre c_k — and level
+        ℓ: the column of h's level-ℓ stencil and (α, β) with φ_ℓ(h) = α e^{−(h − c_k)/θ} + β e^{(h − c_k)/θ} for
+        every h in the cell: each stencil point lies wholly left or right of the cell, so |h − u| = ±(h − c_k) +
+        |c_k − u| there. The columns (2^L, L), int64, and [α | β] (2^L, 2L), float64."""
+        L, (lo, hi) = self.level, self.interval
+        cells, levels = torch.arange(2 ** L), torch.arange(L)
+        index = 2 ** levels - 1 + (cells[:, None] >> (L - levels))  # level ℓ's columns start at 2^(ℓ−1) − 1
+        centre = lo + (hi - lo) * (cells.double() + 0.5) / 2 ** L
+        points, coefs = (t[index] for t in self._stencil)  # (2^L, L, 3)
+        offset = (points - centre[:, None, None]) / self.lengthscale
+        weight = coefs * torch.exp(-offset.abs())  # 0 for the missing (infinite) ends
+        left = offset < 0
+        return index, torch.cat([torch.where(left, weight, 0.0).sum(-1), torch.where(left, 0.0, weight).sum(-1)], 1)
+
     def inverse_cholesky(self) -> torch.Tensor:
         """R (M × M, upper triangular, float64) with RᵀK_UU R = I: Algorithm 1 in O(M) for the Laplace kernel,
         inv(chol(K_UU))ᵀ for Matérn-3/2 (not Markov of order one, so R is dense)."""
@@ -106,6 +126,10 @@ class InducedGrid:
         if self.kernel != "laplace":
             index = torch.arange(self.size, device=h.device).expand(*h.shape, self.size)
             return index, self(h)
+        if self._tables is not None:
+            index, coefs = self._tables
+            tables = (index.to(h.device), coefs.to(h.device, h.dtype))
+            return _LaplaceActivations.apply(h, tables, self.interval, self.level, self.lengthscale)
         stencil = torch.cat(self._stencil, 1).to(device=h.device, dtype=h.dtype)  # (M, 6): points, coefficients
         return _LaplaceActivations.apply(h, stencil, self.interval, self.level, self.lengthscale)
 
@@ -123,23 +147,46 @@ class InducedGrid:
 
 
 class _LaplaceActivations(torch.autograd.Function):
-    """φ(h) for the Laplace kernel from the ≤ 3-point stencil of h's column at each level:
-    φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), with dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ
-    computed in the same pass, so that training adds one node to the graph, not a dozen."""
+    """φ(h) for the Laplace kernel, at most one non-zero per level, and its derivative in the same pass (one node in
+    the graph). From the per-cell tables (``InducedGrid._laplace_tables``): two exponentials per h whatever the level,
+    φ_ℓ = α e^{−z} + β e^{z}, z = (h − c_k)/θ, dφ_ℓ/dh = (β e^{z} − α e^{−z})/θ; outside the interval φ(h) =
+    φ(nearest end)·e^{−dist/θ}. Otherwise from the ≤ 3-point stencil of h's column at each level:
+    φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ."""
 
     @staticmethod
-    def forward(ctx, h, stencil, interval, level, lengthscale):
+    def forward(ctx, h, tables, interval, level, lengthscale):
         lo, hi = interval
-        counts = 2 ** torch.arange(level, device=h.device)  # columns per level: 1, 2, 4, …
-        t = ((h - lo) / (hi - lo)).unsqueeze(-1)
-        cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
-        index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
-        rows = stencil.index_select(0, index.reshape(-1)).view(*index.shape, 6)
-        diff = h[..., None, None] - rows[..., :3]  # (..., L, 3)
-        terms = rows[..., 3:] * torch.exp(-diff.abs() / lengthscale)  # exp(−inf) = 0 at the missing ends
-        ctx.save_for_backward((terms * torch.sign(diff)).sum(-1).div_(-lengthscale))
+        if isinstance(tables, tuple):
+            index_table, coefs = tables  # (2^L, L), (2^L, 2L): [α | β]
+            n_cells, L = index_table.shape
+            inside = h.clamp(lo, hi)
+            position = (inside - lo) * (n_cells / (hi - lo))  # in cell widths from lo
+            cell = position.floor().clamp_(0, n_cells - 1)
+            z = (position - cell - 0.5) * ((hi - lo) / n_cells / lengthscale)  # (h − c_k)/θ
+            cell = cell.long().reshape(-1)
+            down = torch.exp(-z).unsqueeze(-1)
+            up = down.reciprocal()
+            side = (h > hi).to(h.dtype) - (h < lo).to(h.dtype)  # +1 right of the interval, −1 left, 0 inside
+            decay = torch.exp(-(h - inside).abs() / lengthscale).unsqueeze(-1)
+            ab = coefs.index_select(0, cell).view(*h.shape, 2 * L)
+            a_down, b_up = ab[..., :L] * down, ab[..., L:] * up
+            value = (a_down + b_up) * decay
+            inner = (1.0 - side.abs()).unsqueeze(-1)
+            slope = ((b_up - a_down) * inner - side.unsqueeze(-1) * value) / lengthscale
+            index = index_table.index_select(0, cell).view(*h.shape, L)
+        else:
+            counts = 2 ** torch.arange(level, device=h.device)  # columns per level: 1, 2, 4, …
+            t = ((h - lo) / (hi - lo)).unsqueeze(-1)
+            cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
+            index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
+            rows = tables.index_select(0, index.reshape(-1)).view(*index.shape, 6)
+            diff = h[..., None, None] - rows[..., :3]  # (..., L, 3)
+            terms = rows[..., 3:] * torch.exp(-diff.abs() / lengthscale)  # exp(−inf) = 0 at the missing ends
+            value = terms.sum(-1)
+            slope = (terms * torch.sign(diff)).sum(-1).div_(-lengthscale)
+        ctx.save_for_backward(slope)
         ctx.mark_non_differentiable(index)
-        return index, terms.sum(-1)
+        return index, value
 
     @staticmethod
     @once_differentiable

@@ -10,7 +10,7 @@ from neuralgp.features import InducedGrid
 
 F64 = torch.float64
 CASES = [(level, theta, interval) for level in (1, 2, 3, 6) for theta in (0.3, 1.0, 5.0)
-         for interval in ((0.0, 1.0), (-1.0, 1.0))]
+         for interval in ((0.0, 1.0), (-1.0, 1.0))] + [(6, 1e-4, (0.0, 1.0))]  # the last: from the stencils
 
 
 def _K(grid, a, b):
@@ -94,3 +94,24 @@ def test_activation_gradient_passes_finite_differences():
     h = (torch.rand(6, 3, dtype=F64) * 1.4 - 0.2).requires_grad_(True)  # inside and outside the interval
     weights = torch.randn(6, 3, 4, dtype=F64)
     assert torch.autograd.gradcheck(lambda x: (grid.sparse(x)[1] * weights).sum(), (h,))
+
+
+@pytest.mark.parametrize("level,theta,interval", [(1, 0.3, (0, 1)), (3, 0.3, (0, 1)), (6, 0.05, (-1, 1)),
+                                                  (8, 2.0, (-3, 2))])
+def test_table_activations_equal_the_stencil_ones(level, theta, interval):
+    """The fast path (per-cell tables) against the stencil sums: values and gradients, inside, outside, on points."""
+    grid = InducedGrid(level, interval, "laplace", theta)
+    stencil = InducedGrid(level, interval, "laplace", theta)
+    stencil._tables = None
+    assert grid._tables is not None
+    lo, hi = interval
+    h = torch.cat([torch.linspace(lo - 1, hi + 1, 301, dtype=F64), grid.points]).requires_grad_(True)
+    weights = torch.randn(len(h), level, dtype=F64)
+    (index, value), (index2, value2) = grid.sparse(h), stencil.sparse(h)
+    assert torch.equal(index, index2) and torch.allclose(value, value2, rtol=0, atol=1e-12)
+    g1, = torch.autograd.grad((value * weights).sum(), h)
+    g2, = torch.autograd.grad((value2 * weights).sum(), h)
+    kinks = torch.cat([grid.points, torch.tensor(interval, dtype=F64)])
+    on_kink = ((h.detach()[:, None] - kinks).abs() < 1e-9).any(-1)  # |h − u| has no derivative at u
+    assert 0 < on_kink.sum() < len(h) // 2
+    assert torch.allclose(g1[~on_kink], g2[~on_kink], rtol=0, atol=1e-9)
