@@ -10,9 +10,9 @@ from neuralgp.models import (DAKClassifier, DAKRegressor, DBKRegressor, DKLRegre
                              TwoStageGPRegressor)
 
 __version__ = "0.2.0"
-__all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
-           "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
-           "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor", "SparseDKLRegressor",
-           "SVDKLRegressor", "SVDKLClassifier", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "TwoStageGPRegressor", "load", "datasets",
-           "metrics",
+__all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier",
+           "GPnnRegressor", "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor",
+           "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SklearnGPRegressor",
+           "SparseDKLRegressor", "SVDKLRegressor", "SVDKLClassifier", "GridSVDKLRegressor", "GPyTorchDBKRegressor",
+           "TwoStageGPRegressor", "load", "datasets", "metrics",
            "NeuralGPError", "InputError", "DataError", "ModelFileError", "NotFittedError", "__version__"]

@@ -13,8 +13,8 @@ from neuralgp.models.network import NetworkClassifier, NetworkRegressor
 from neuralgp.models.sklearn_gp import SklearnGPRegressor
 from neuralgp.models.twostage import TwoStageGPRegressor
 
-__all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier", "GPnnRegressor",
-           "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor", "SGPRRegressor",
-           "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
-           "SVDKLClassifier", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor", "TwoStageGPRegressor",
-           "ResourceLimitError"]
+__all__ = ["DBKRegressor", "DKMRegressor", "DAKRegressor", "DAKClassifier", "FMGPRegressor", "FMGPClassifier",
+           "GPnnRegressor", "NNGPRegressor", "NetworkClassifier", "NetworkRegressor", "ExactGPRegressor",
+           "SGPRRegressor", "SVGPRegressor", "SVGPClassifier", "DKLRegressor", "SparseDKLRegressor", "SVDKLRegressor",
+           "SVDKLClassifier", "GridSVDKLRegressor", "GPyTorchDBKRegressor", "SklearnGPRegressor",
+           "TwoStageGPRegressor", "ResourceLimitError"]

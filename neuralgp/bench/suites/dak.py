@@ -264,8 +264,8 @@ SUITES = [
         note="1000 test and 1000 calibration points (digits: 20 % / 20 %), the rest train; temperature scaling on "
              "the calibration points for every model. Tabular stand-ins for the paper's image sets (no MNIST/CIFAR "
              "here): the DAK and NN rows share their extractor, a small CNN on digits (8 × 8 images), an MLP "
-             "D → 64 → 32 → 64 on the tabular sets, followed by DAK's grid layer, a linear head or, for NN+SVGP, one GPyTorch SVGP per class (64 "
-             "inducing points, softmax likelihood, trained jointly). Parameters: "
+             "D → 64 → 32 → 64 on the tabular sets, followed by DAK's grid layer, a linear head or, for NN+SVGP, "
+             "one GPyTorch SVGP per class (64 inducing points, softmax likelihood, trained jointly). Parameters: "
              "the trained elements of the fitted torch modules (network, kernel, likelihood, variational "
              "distribution). SVGP: GPyTorch SVGP per class on Dirichlet targets, on the inputs (no network).",
         columns=[("error", "error", None), ("nll", "NLL", None), ("ece", "ECE", None),
