@@ -114,3 +114,17 @@ def test_parameter_counts_are_recorded_and_shown_unranked(tmp_path):
     col = header.index("parameters")
     assert (row["DAK"][col], row["NN"][col], row["SVGP"][col]) == ("11,666", "1,234", "–")
     assert row["NN"][header.index("error")] == "**0.1**"
+
+
+def test_epoch_ratio_marks_rows_timed_in_another_run_than_the_network():
+    from neuralgp.bench.suites.dak import table2
+
+    def rec(model, s_per_epoch, commit):
+        return {"suite": "dak-table2", "model": model, "dataset": "uci/gas", "seed": 0, "status": "ok",
+                "rmse": 0.3, "seconds_per_iteration": s_per_epoch, "commit": commit}
+
+    records = [rec("NN", 0.01, "aaa"), rec("DAK-CF", 0.015, "aaa"), rec("NN+SVGP", 0.04, "bbb")]
+    ratios = table2(SUITES["dak-table2"], records).split("## Time per epoch")[1]
+    assert "| uci/gas | 1.50× | – | 4.00× * | – |" in ratios and "timed in another run" in ratios
+    same_run = table2(SUITES["dak-table2"], records[:2]).split("## Time per epoch")[1]
+    assert "| uci/gas | 1.50× | – | – | – |" in same_run and "timed in another run" not in same_run
