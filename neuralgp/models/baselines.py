@@ -36,8 +36,8 @@ from torch import nn
 from neuralgp import distributed
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
-from neuralgp.features import MLP, build_backbone
-from neuralgp.features.networks import ACTIVATIONS, BACKBONES, ImageCNN
+from neuralgp.features import build_backbone
+from neuralgp.features.networks import ACTIVATIONS, BACKBONES, extractor
 from neuralgp.io import register
 from neuralgp.kernels import KERNELS, make_kernel
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
@@ -609,11 +609,7 @@ class SVDKLClassifier(NeuralGPClassifier):
 
     def _build(self, n_features: int, n_classes: int, Xt=None):
         D = int(self.embedding_dim)
-        if self.backbone == "cnn":
-            net = ImageCNN(n_features, D)
-        else:
-            net = MLP(n_features, D, tuple(self.hidden), activation=self.activation)
-        self.net_ = net.to(self.device)
+        self.net_ = extractor(self.backbone, n_features, D, self.hidden, self.activation).to(self.device)
         if Xt is None:  # restoring: the saved state replaces these
             inducing = torch.zeros(self.num_inducing, D)
         else:

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
+from neuralgp.features import AdditiveGridFeatures, InducedGrid
 from neuralgp.features.grid import KERNELS, MAX_LEVEL
-from neuralgp.features.networks import ACTIVATIONS, ImageCNN
+from neuralgp.features.networks import ACTIVATIONS, extractor
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
@@ -57,10 +57,7 @@ class _DAKFeatures:
         return InducedGrid(self.grid_level, GRID_INTERVAL, self.kernel, self.lengthscale)
 
     def _feature_map(self, in_dim: int) -> AdditiveGridFeatures:
-        if self.backbone == "cnn":
-            net = ImageCNN(in_dim, self.embedding_dim)
-        else:
-            net = MLP(in_dim, self.embedding_dim, hidden=tuple(self.hidden), activation=self.activation)
+        net = extractor(self.backbone, in_dim, self.embedding_dim, self.hidden, self.activation)
         return AdditiveGridFeatures(net, self.embedding_dim, self.n_projections, self.grid(), self.bias_std)
 
     def _pretrain(self, features: AdditiveGridFeatures, Xt, targets, n_outputs: int, loss_fn):

@@ -9,7 +9,7 @@ from torch import nn
 
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import MLP
-from neuralgp.features.networks import ACTIVATIONS, NORMS, ImageCNN
+from neuralgp.features.networks import ACTIVATIONS, NORMS, ImageCNN, extractor
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.params import COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
@@ -119,7 +119,7 @@ class NetworkRegressor(NeuralGPRegressor):
 
     def _new_module(self, in_dim: int) -> nn.Module:
         module = nn.Module()
-        module.net = nn.Sequential(MLP(in_dim, self.embedding_dim, tuple(self.hidden), activation=self.activation),
+        module.net = nn.Sequential(extractor("mlp", in_dim, self.embedding_dim, self.hidden, self.activation),
                                    nn.Linear(self.embedding_dim, 1))
         module.noise = Positive(0.1, floor=1e-6)
         return module.to(self.device)
