@@ -34,7 +34,8 @@ class DKMRegressor(NeuralGPRegressor):
     applied to every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
     (Table 1's baselines). ``solver``: "newton" (one β-shifted Newton–Lyapunov step per layer and sweep), "care"
     (the Riccati equation solved directly) or "adam" (``max_iter`` Adam steps at ``lr`` on Cholesky factors).
-    ``max_iter`` sweeps, each followed by ≤ 20 L-BFGS iterations on the kernel weights and σ² (``learn_hyper``).
+    ``max_iter`` sweeps, each followed by ≤ 50 L-BFGS iterations on the kernel weights and σ² (``learn_hyper``),
+    the Grams held in whitened coordinates (they move with their priors).
     The learned top Gram absorbs the targets and σ² falls towards 0, so the point-estimate predictive is
     over-confident: ``fit`` recalibrates the variances (FM-GP's Algorithm 1) on (X_cal, y_cal), or on a held-out
     ``validation_fraction`` of (X, y) when none is given (0: train on all rows, uncalibrated — the paper's protocol).
