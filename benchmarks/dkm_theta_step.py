@@ -3,7 +3,8 @@
 Per gal/ split, from the same initialisation at the default widths (300), 30 solver sweeps each followed by ≤ 50
 L-BFGS iterations on θ, with the Grams held two ways:
   - "whitened" (the library's ``hyper_step``): W_ℓ = L_ℓ⁻¹G_ℓL_ℓ⁻ᵀ held, G_ℓ moves with its prior K(G_ℓ₋₁);
-  - "fixed Grams" (the solver at commit b201cf8): G_ℓ held, only the kernels move.
+  - "fixed Grams" (the solver at commit b201cf8, which stopped L-BFGS after 20 iterations; 50 here, so that only
+    the coordinates differ): G_ℓ held, only the kernels move.
 Printed: ℒ after 10 and 30 sweeps, the last sweep's gain, and the test RMSE (data units) after 10 sweeps, as
 ``DKMRegressor(validation_fraction=0)`` fits (the Table 1 protocol). With ``--fixed-theta`` instead: θ held at its
 start, sweeps only, for 1 and 2 layers and for the solver's options (λ, the direct CARE): ℒ's gap to its 40th sweep.
