@@ -101,22 +101,28 @@ def test_initial_layer_terms_are_minus_nu_p_over_two_and_solver_ascends_to_a_sta
     assert all(float(torch.linalg.eigvalsh(G).min()) > 0 for G in Gs)
 
 
-def test_solver_matches_a_long_gradient_optimisation():
-    obj = DKMObjective(X[:15], Y[:15], [50.0, 50.0], GramKernel())
-    theta = obj.initial_theta()
-    _, Gs, log = fit_dkm(obj, max_iter=60, learn_hyper=False)
-    V = [torch.linalg.cholesky(G).contiguous().requires_grad_(True) for G in obj.prior_chain(theta)]
-    opt = torch.optim.LBFGS(V, max_iter=500, tolerance_grad=1e-10, tolerance_change=1e-14,
-                            line_search_fn="strong_wolfe")
+def lbfgs_optimum(obj, Gs, theta, learn_theta: bool, max_iter: int) -> float:
+    """ℒ after a long L-BFGS on Cholesky factors of the Grams (and θ when ``learn_theta``), from (Gs, θ)."""
+    V = [torch.linalg.cholesky(G).contiguous().requires_grad_(True) for G in Gs]
+    t = theta.clone().requires_grad_(learn_theta)
+    opt = torch.optim.LBFGS(V + ([t] if learn_theta else []), max_iter=max_iter, tolerance_grad=1e-10,
+                            tolerance_change=1e-14, line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
-        loss = -obj.value(theta, [torch.tril(v) @ torch.tril(v).T for v in V])
+        loss = -obj.value(t, [torch.tril(v) @ torch.tril(v).T for v in V])
         loss.backward()
         return loss
     for _ in range(5):
         opt.step(closure)
-    best = -float(closure().detach())
+    return -float(closure().detach())
+
+
+def test_solver_matches_a_long_gradient_optimisation():
+    obj = DKMObjective(X[:15], Y[:15], [50.0, 50.0], GramKernel())
+    theta = obj.initial_theta()
+    _, Gs, log = fit_dkm(obj, max_iter=60, learn_hyper=False)
+    best = lbfgs_optimum(obj, obj.prior_chain(theta), theta, learn_theta=False, max_iter=500)
     assert abs(log.objective[-1] - best) < 1e-3
 
 
@@ -138,19 +144,7 @@ def test_solver_with_hyper_parameters_reaches_a_joint_stationary_point():
     Grams held fixed in the θ steps (the solver at b201cf8) it gained 10.5 nats here."""
     obj = DKMObjective(X, Y, [200.0, 200.0], GramKernel())
     theta, Gs, log = fit_dkm(obj, max_iter=30)
-    V = [torch.linalg.cholesky(G).contiguous().requires_grad_(True) for G in Gs]
-    t = theta.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS(V + [t], max_iter=1000, tolerance_grad=1e-10, tolerance_change=1e-14,
-                            line_search_fn="strong_wolfe")
-
-    def closure():
-        opt.zero_grad()
-        loss = -obj.value(t, [torch.tril(v) @ torch.tril(v).T for v in V])
-        loss.backward()
-        return loss
-    for _ in range(5):
-        opt.step(closure)
-    assert -float(closure().detach()) - log.objective[-1] < 1e-2
+    assert lbfgs_optimum(obj, Gs, theta, learn_theta=True, max_iter=1000) - log.objective[-1] < 1e-2
 
 
 def test_adam_moves_the_hyper_parameters_at_their_own_rate():
