@@ -51,6 +51,13 @@ def test_every_registry_name_fits_a_small_set_with_its_defaults(name, capsys):
     assert result["model"] == name and result["split"] == "random" and result["rmse"] < 1.5
 
 
+def test_json_output_stays_parseable_while_progress_is_shown(capsys):
+    """Progress goes to stderr: `neuralgp fit … --json` without --quiet pipes into a JSON reader."""
+    assert main(["fit", "--dataset", "uci/yacht", "--model", "dkm", "--param", "max_iter=2", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["estimator"] == "DKMRegressor" and "DKM iteration 2" in out.err
+
+
 def test_param_sets_any_constructor_parameter(capsys):
     assert main(["fit", "--dataset", "uci/yacht", "--model", "svgp", "--param", "num_inducing=16",
                  "--param", "base_kernel=matern32", "--max-epochs", "2", "--json", "--quiet"]) == 0

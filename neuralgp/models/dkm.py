@@ -7,6 +7,8 @@ training size P: past ``max_train_size`` rows, or an estimated ``max_memory_gb``
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from neuralgp.datasets.scaling import Scaler
@@ -109,7 +111,7 @@ class DKMRegressor(NeuralGPRegressor):
         if self.verbose:
             def progress(log, theta, grams):
                 print(f"DKM iteration {len(log.objective) - 1}: objective {log.objective[-1]:.4f}, "
-                      f"gradient {log.grad_norm[-1]:.3g}, {log.seconds[-1]:.1f} s", flush=True)
+                      f"gradient {log.grad_norm[-1]:.3g}, {log.seconds[-1]:.1f} s", file=sys.stderr, flush=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             theta, grams, self.solver_log_ = fit_dkm(obj, self.solver, self.max_iter, self.lam, self.beta,
