@@ -1,6 +1,7 @@
 """The DKM solvers: top-down block-coordinate ascent with one Riccati equation per layer (Algorithm 1 as the spec
 corrects it), L-BFGS on the kernel hyper-parameters after each sweep (the Grams held in whitened coordinates), and
-Adam on a Cholesky parameterisation (the comparison of Figure 1). Linear algebra from SciPy (``solve_continuous_lyapunov``, ``solve_continuous_are``).
+Adam on a Cholesky parameterisation (the comparison of Figure 1). Linear algebra from SciPy
+(``solve_continuous_lyapunov``, ``solve_continuous_are``).
 
 Per layer ℓ, at the current G̃ (eq. 32 with the proximal term of App. D):
 A = ½ (∂D'_{ℓ+1}/∂G) G̃,  U = −∂T_ℓ/∂G + λG̃⁻¹,  Q = G̃ (∂T_{ℓ+1}/∂G) G̃ + λG̃,  0 = AᵀG + GA − GUG + Q.
@@ -25,7 +26,7 @@ from neuralgp.dkm.objective import DKMObjective
 
 SOLVERS = ("newton", "care", "adam")
 MAX_SHIFT_DOUBLINGS = 10
-HYPER_ITERATIONS = 50  # L-BFGS iterations on θ after each sweep (20 stopped 6 nats short on boston split 0)
+HYPER_ITERATIONS = 50  # L-BFGS iterations on θ after each sweep
 BAD_OBJECTIVE = 1e30
 
 
@@ -158,8 +159,8 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
     """Ascend ℒ in θ by SciPy's L-BFGS-B on the exact gradient (autograd), at most ``max_iter`` iterations, with the
     *whitened* Grams W_ℓ held (``whiten``): each G_ℓ moves with its prior K(G_ℓ₋₁) as θ changes, and the layer
     terms, −ν KL(N(0, W_ℓ) ‖ N(0, I)) − νP/2, stay put. Returns (θ, Grams). Holding the Grams themselves instead
-    couples θ and G so tightly that the sweeps crawl: gal/bostonHousing split 0 ended 120 nats lower after 10
-    sweeps, 30 sweeps short of convergence (docs/methods/dkm.md). A fixed point is the same stationary point
+    couples θ and G so tightly that the sweeps stall: on gal/bostonHousing split 0 ℒ was 120 nats lower after 10
+    sweeps and still after 30 (docs/methods/dkm.md, "The θ step"). A fixed point is the same stationary point
     either way (∂ℒ/∂G = 0 there). The kernel-hyper objective has no free Grams: its chain is the prior's.
     (The spec suggests one damped Newton step per sweep; the weights sit 3–10 log-units from their start, and
     trust-region Newton steps needed > 40 sweeps to get half-way on yacht.)"""
