@@ -85,12 +85,15 @@ class ImageCNN(nn.Module):
         return self.out(self.conv(x.reshape(-1, 1, self.side, self.side)))
 
 
-def extractor(backbone: str, in_dim: int, out_dim: int, hidden=(64, 32), activation: str = "relu") -> nn.Module:
-    """DAK's feature network, shared by DAK and its paper's NN and NN+SVGP rows: the small image CNN (``"cnn"``) or
-    an MLP with one layer per ``hidden`` width (``"mlp"``), ending at ``out_dim`` outputs."""
+def extractor(backbone: str, in_dim: int, out_dim: int, hidden=(64, 32), activation: str = "relu", depth: int = 2,
+              norm: str | None = None) -> nn.Module:
+    """The feature network of DAK, its paper's NN and NN+SVGP rows and the plain network classifier: the small image
+    CNN (``"cnn"``; the other arguments unused) or an ``MLP`` (``"mlp"``: one layer per ``hidden`` width, or
+    ``depth`` layers of an integer width), ending at ``out_dim`` outputs."""
     if backbone == "cnn":
         return ImageCNN(in_dim, out_dim)
-    return MLP(in_dim, out_dim, hidden=tuple(hidden), activation=activation)
+    hidden = tuple(hidden) if isinstance(hidden, (tuple, list)) else hidden
+    return MLP(in_dim, out_dim, hidden, depth, activation, norm)
 
 
 BACKBONES = {"mlp": MLP, "resnet": ResNetMLP}

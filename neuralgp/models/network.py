@@ -8,8 +8,7 @@ import torch
 from torch import nn
 
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.features import MLP
-from neuralgp.features.networks import ACTIVATIONS, NORMS, ImageCNN, extractor
+from neuralgp.features.networks import ACTIVATIONS, NORMS, extractor
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.params import COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
@@ -51,11 +50,7 @@ class NetworkClassifier(NeuralGPClassifier):
 
     def _new_net(self, in_dim: int, n_classes: int) -> nn.Module:
         out = n_classes if self.embedding_dim is None else int(self.embedding_dim)
-        if self.backbone == "cnn":  # the small image CNN (``hidden``, ``depth``, ``norm`` unused)
-            net = ImageCNN(in_dim, out)
-        else:
-            hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
-            net = MLP(in_dim, out, hidden, self.depth, self.activation, self.norm)
+        net = extractor(self.backbone, in_dim, out, self.hidden, self.activation, self.depth, self.norm)
         if self.embedding_dim is not None:
             net = nn.Sequential(net, nn.Linear(out, n_classes))
         return net.to(self.device)
