@@ -179,8 +179,9 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
         grad, = torch.autograd.grad(value, t)
         return -float(value.detach()), -grad.numpy()
     x0 = theta.detach().numpy()
+    start = f(x0)[0]
     res = scipy.optimize.minimize(f, x0, jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})
-    if res.fun > f(x0)[0]:
+    if res.fun > start:
         return theta.detach(), Gs
     theta = torch.tensor(res.x, dtype=torch.float64)
     with torch.no_grad():
