@@ -26,6 +26,42 @@ from neuralgp.params import check_params
 MIN_RECALIBRATION_POINTS = 10
 
 
+# validation parts up to this size keep every check's points for ``selection_optimism`` (above it the pick's
+# optimism is negligible, and checks × points would be large)
+MAX_SELECTION_POINTS = 5000
+
+
+def selection_optimism(points) -> float:
+    """Factor γ on the variance scale α of the check that early stopping picked on a validation part.
+
+    ``points``: per validation check, a (2, n) array of the residuals y − μ and predictive variances. Early
+    stopping keeps the check with the lowest recalibrated NLL, mean log v + log α with α = mean z²
+    (``NeuralGPRegressor._validation_nll``), and α is then fitted on the same points: on a few dozen points the pick
+    favours checks whose errors happen to be small for their variance, so α is optimistic. Each point i is
+    predicted by the whole procedure run without it — pick the check on the other points, fit α₋ᵢ on them — and
+    γ = mean_i z_i²/α₋ᵢ over the same mean at the check picked on all points: the leave-one-out z² of the
+    procedure over that of the picked check alone, which removes what leaving a point out does without a pick
+    (a few large errors make it well above 1; a validation part without a pick is not corrected either, as in
+    FM-GP and DKM). γ = 1 when every point picks the same check. What it does on the calibration suite's sets:
+    docs/methods/dbk.md ("Recalibration after early stopping"), benchmarks/recalibration_selection.py.
+    """
+    stacked = np.stack([np.asarray(p, dtype=np.float64) for p in points])  # (checks, 2, n)
+    z2, log_v = stacked[:, 0] ** 2 / stacked[:, 1], np.log(stacked[:, 1])
+    n = z2.shape[1]
+
+    def pick(Z, L, m):  # the check of lowest recalibrated NLL (the first of equals, as the training loop)
+        crit = L / m + np.log(Z / m)
+        return np.argmin(np.where(np.isfinite(crit), crit, np.inf), axis=0)
+
+    Z, L = z2.sum(1, keepdims=True), log_v.sum(1, keepdims=True)
+    Z_out, L_out = Z - z2, L - log_v  # (checks, points): the sums without point i
+    cols = np.arange(n)
+    picks, best = pick(Z_out, L_out, n - 1), pick(Z, L, n)[0]
+    loo_z2 = z2[picks, cols] / (Z_out[picks, cols] / (n - 1))
+    loo_z2_at_best = z2[best] / (Z_out[best] / (n - 1))
+    return float(np.mean(loo_z2) / np.mean(loo_z2_at_best))
+
+
 class SavedModel:
     """``save(path)`` / ``neuralgp.load(path)`` for every estimator: class, parameters, input scaler, the
     subclass's ``_payload_extras()`` and ``_fitted_state()`` (restored by ``_load_extras`` and ``_restore``).
@@ -111,7 +147,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         """Fit on (X, y). The validation part (X_val, y_val) — or, when none is given, a random
         ``validation_fraction`` of (X, y) held out from training — drives early stopping where the model has it,
         and then ``recalibrate`` (when ``recalibrates_on_validation()`` and the validation part has at least
-        ``MIN_RECALIBRATION_POINTS`` rows)."""
+        ``MIN_RECALIBRATION_POINTS`` rows), with α corrected for early stopping's pick on the same rows
+        (``selection_optimism``)."""
         check_params(self)
         _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
@@ -135,10 +172,19 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if n_val and self.recalibrates_on_validation() and n_val >= MIN_RECALIBRATION_POINTS:
-            alpha = self._mean_z2(X_val, y_val)
+            alpha = self._mean_z2(X_val, y_val) * self._selection_optimism()
             if np.isfinite(alpha) and alpha > 0:  # 0 only when the validation targets equal the predictions
                 self.variance_scale_ = alpha
         return self
+
+    def _selection_optimism(self) -> float:
+        """γ of ``selection_optimism`` when the training loop kept every check's validation points (early stopping
+        picked a check on them), else 1."""
+        log = getattr(self, "train_log_", None)
+        points = getattr(log, "validation_points", None)
+        if not points or len(points) != len(log.history) or len(points[0][0]) <= MIN_RECALIBRATION_POINTS:
+            return 1.0
+        return selection_optimism(points)
 
     validation_fraction = 0.0
     validation_names = ("X_val", "y_val")  # what ``fit`` calls its third and fourth arguments, for errors
@@ -200,10 +246,12 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         raise NotImplementedError
 
     @staticmethod
-    def _validation_nll(val, predict_scaled, recalibrated: bool = False) -> float:
+    def _validation_nll(val, predict_scaled, recalibrated: bool = False, keep_points: bool = False):
         """Validation NLL of the current state on ``val`` = (X tensor, y array), over every worker's validation rows;
         ``predict_scaled(X) -> (mean, var_f, var_y)``. ``recalibrated``: the NLL after the variance scaling that
-        ``fit`` will apply (α = mean z² on the same points), so that early stopping selects what is returned."""
+        ``fit`` will apply (α = mean z² on the same points), so that early stopping selects what is returned.
+        ``keep_points``: return (NLL, (2, n) tensor of residuals and variances) for ``selection_optimism``, in one
+        process and up to ``MAX_SELECTION_POINTS`` points (the NLL alone otherwise)."""
         X_val, y_val = val
         with torch.no_grad():  # in chunks: the validation set of a 10⁷-point problem has 10⁶ rows
             parts = [predict_scaled(X_val[rows]) for rows in row_slices(len(X_val))]
@@ -212,7 +260,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                             dtype=torch.float64)
         sum_log_var, sum_z2, n = distributed.total(sums).tolist()
         alpha = sum_z2 / n if recalibrated and n >= MIN_RECALIBRATION_POINTS else 1.0
-        return 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
+        nll = 0.5 * LOG_2PI + 0.5 * (sum_log_var / n + math.log(alpha)) + 0.5 * sum_z2 / (n * alpha)
+        if keep_points and not distributed.is_distributed() and len(y_val) <= MAX_SELECTION_POINTS:
+            return nll, torch.as_tensor(np.stack([y_val - mean, var_y]), dtype=torch.float64)
+        return nll
 
     @staticmethod
     def _in_memory(Xt, yt):

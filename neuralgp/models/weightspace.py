@@ -109,7 +109,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
-                                           self.recalibration)
+                                           self.recalibration, keep_points=self.recalibration)
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val))
@@ -137,7 +137,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if val is not None:
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
-                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration)
+                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration,
+                                            keep_points=self.recalibration)
         return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val, gen))

@@ -27,6 +27,7 @@ class TrainLog:
     out_of_time: bool = False
     failure: str = ""  # the numerical error that stopped training, if one did
     history: list = field(default_factory=list)  # (step, train loss, val nll)
+    validation_points: list = field(default_factory=list)  # what each check's ``validate()`` gave besides the NLL
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "best_step": self.best_step, "best_val_nll": self.best_val_nll,
@@ -90,7 +91,7 @@ class Checkpoint:
                  "best": best, "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "generators": [g.get_state() for g in self.generators],
                  "log": {"best_step": log.best_step, "best_val_nll": log.best_val_nll,
-                         "history": [list(h) for h in log.history]}}
+                         "history": [list(h) for h in log.history], "validation_points": log.validation_points}}
         write_atomic(self.file, lambda tmp: torch.save(state, tmp))
 
     def restore(self, module, log: "TrainLog"):
@@ -112,6 +113,7 @@ class Checkpoint:
             g.set_state(g_state)
         log.best_step, log.best_val_nll = state["log"]["best_step"], state["log"]["best_val_nll"]
         log.history = [tuple(h) for h in state["log"]["history"]]
+        log.validation_points = state["log"].get("validation_points", [])
         return state["step"], state["elapsed"], state["best"]
 
     def remove(self):
@@ -122,12 +124,22 @@ def _snapshot(module: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _check(validate, log: TrainLog) -> float:
+    """One validation check: its NLL, its points (if it gives any) appended to ``log.validation_points``."""
+    out = validate()
+    if isinstance(out, tuple):
+        out, points = out
+        log.validation_points.append(points)
+    return float(out)
+
+
 def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every: int = 100,
           patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it",
           max_seconds: float | None = None, checkpoint: Checkpoint | None = None) -> TrainLog:
     """Run ``step()`` (returns the training loss) ``n_steps`` times.
 
-    ``validate()`` returns a validation NLL, before the first step and every ``eval_every`` steps; training
+    ``validate()`` returns a validation NLL — or (NLL, points), whose points are kept in ``log.validation_points``
+    in the order of the checks — before the first step and every ``eval_every`` steps; training
     stops when it has not improved for ``patience`` steps, and the best state (possibly the initial one)
     is restored. Without ``validate`` the
     final state is kept. A non-finite loss, or a numerical failure in a later step (a ``FloatingPointError``
@@ -150,7 +162,7 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
     try:
         if validate is not None and resumed is None:
-            val = float(validate())
+            val = _check(validate, log)
             log.history.append((0, math.nan, val))
             if math.isfinite(val):
                 log.best_val_nll = val
@@ -176,7 +188,7 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 break
             check = i % eval_every == 0 or i == n_steps or out_of_time
             if validate is not None and check:
-                val = float(validate())
+                val = _check(validate, log)
                 log.history.append((i, loss, val))
                 if math.isfinite(val) and not val >= log.best_val_nll:  # also true while best is nan
                     log.best_val_nll, log.best_step, best = val, i, _snapshot(module)

@@ -1,0 +1,152 @@
+"""Does early stopping on the validation part bias the variance scale α fitted on that same part? A study behind
+issue 14, not a suite.
+
+Early stopping picks, among a few hundred checkpoints, the one with the lowest *recalibrated* validation NLL, and
+``fit`` then sets α = mean z² on the same validation points. On a few dozen points the pick favours checkpoints
+whose validation errors happen to be small for their predicted variance, so α is optimistic. This script fits a
+model on every pooled split of the calibration suite's small and medium sets, records at every validation check
+the validation and test predictions (standardised units), and replays the selection offline under three rules:
+
+  - "same part": the library's rule before this study (α = mean z² at the selected checkpoint);
+  - "nested": α times the mean z² of each validation point predicted by the whole procedure (pick the checkpoint,
+    fit α) run on the other validation points — leave-one-out, an estimate of the procedure's test mean z²;
+  - "corrected": α times ``neuralgp.models.base.selection_optimism``, that leave-one-out z² over the one at the
+    picked checkpoint alone (the pick's optimism without what leaving points out does by itself): the library's
+    rule since this study.
+Fits use the suite's settings (60 s budget, seed = split index, 1 thread) with α left uncorrected; the test
+predictions are those of the checkpoint each rule's pick keeps (all rules here keep the same one).
+
+    NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/recalibration_selection.py run dbk OUT DATASET...
+    python benchmarks/recalibration_selection.py report OUT > OUT/rules.tsv
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated
+from neuralgp.bench.suites.calibration import split_of, splits_of
+from neuralgp.datasets import load
+from neuralgp.datasets.scaling import Scaler
+from neuralgp.metrics import coverage, mean_z2
+from neuralgp.models.base import NeuralGPRegressor, selection_optimism
+from neuralgp.registry import build
+
+
+def recording(model):
+    """``model`` whose every validation check also stores (criterion, validation and test residuals/variances)."""
+    cls = type(model)
+
+    class Recording(cls):
+        def _validation_nll(self, val, predict_scaled, recalibrated=False, keep_points=False):
+            # the NLL alone: the fit itself keeps α uncorrected (the rules are replayed from what is stored here)
+            nll = NeuralGPRegressor._validation_nll(val, predict_scaled, recalibrated)
+            out = []
+            for X, y in ((val[0], val[1]), (self.study_X_test, self.study_y_test)):
+                mean, _, var_y = predict_scaled(X)
+                out += [y - mean.cpu().numpy(), var_y.cpu().numpy()]
+            self.study_checks.append((nll, *out))
+            return nll
+
+    Recording.__name__ = cls.__name__
+    rec = Recording(**model.get_params())
+    rec.study_checks = []
+    return rec
+
+
+def run(name: str, out: Path, datasets: list[str]):
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    for dataset in datasets:
+        for seed in splits_of(dataset):
+            for plain in (False, True):
+                path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"
+                if path.exists():
+                    continue
+                d = load(dataset, split=split_of(dataset, seed))
+                model = recording(build(name, verbose=False, max_time=60.0, seed=seed))  # as the suite: seed = split
+                X, y = d.X_train, d.y_train
+                if plain:  # as the suite's '(plain fit)' rows: train + validation, a random 10 % held out inside
+                    X, y = np.concatenate([X, d.X_val]), np.concatenate([y, d.y_val])
+                    X_tr, y_tr = model._hold_out_validation(X, y)[:2]
+                else:
+                    X_tr, y_tr = X, y
+                xs = Scaler(model.input_scaling).fit(X_tr)
+                ys = Scaler("standard").fit(y_tr[:, None])
+                model.study_X_test = torch.as_tensor(xs.transform(d.X_test), dtype=torch.float32)
+                model.study_y_test = ys.transform(d.y_test[:, None])[:, 0]
+                if plain:
+                    model.fit(X, y)
+                else:
+                    model.fit(X, y, d.X_val, d.y_val)
+                nll, *arrays = zip(*model.study_checks)
+                np.savez(path, nll=np.array(nll), val_r=np.array(arrays[0]), val_v=np.array(arrays[1]),
+                         test_r=np.array(arrays[2]), test_v=np.array(arrays[3]),
+                         variance_scale=model.variance_scale)
+                print(path.name, len(nll), f"alpha={model.variance_scale:.3g}", flush=True)
+
+
+def scale_same_part(nll, val_r, val_v):
+    best = int(np.nanargmin(np.where(np.isfinite(nll), nll, np.inf)))
+    return best, float(np.mean(val_r[best] ** 2 / val_v[best]))
+
+
+def scale_nested(nll, val_r, val_v):
+    """α times the plain leave-one-out z² of the procedure (pick on the other points, α on them)."""
+    best, alpha = scale_same_part(nll, val_r, val_v)
+    z2, n = val_r ** 2 / val_v, val_r.shape[1]
+    loo = []
+    for i in range(n):
+        keep = np.arange(n) != i
+        crit = np.log(val_v[:, keep]).mean(1) + np.log(z2[:, keep].mean(1))
+        c = int(np.argmin(np.where(np.isfinite(crit), crit, np.inf)))
+        loo.append(z2[c, i] / z2[c, keep].mean())
+    return best, alpha * float(np.mean(loo))
+
+
+def scale_corrected(nll, val_r, val_v):
+    best, alpha = scale_same_part(nll, val_r, val_v)
+    return best, alpha * selection_optimism(np.stack([val_r, val_v], axis=1))
+
+
+RULES = {"same part": scale_same_part, "nested": scale_nested, "corrected": scale_corrected}
+
+
+def report(out: Path):
+    files = sorted(out.glob("*.npz"))
+    groups = {}
+    for f in files:
+        *stem, seed, kind = f.stem.split("_")
+        groups.setdefault(("_".join(stem).replace("_", "/", 1), kind), []).append(f)
+    counts = {(r, k): 0 for r in RULES for k in ("val", "plain")}
+    print("set\tfit\tsplits\tn_test\t" + "\t".join(f"{r}: coverage\t{r}: mean z²\t{r}: NLL\t{r}: ok" for r in RULES))
+    for (dataset, kind), fs in sorted(groups.items()):
+        cells = []
+        for rule, fn in RULES.items():
+            r_all, s_all = [], []
+            for f in fs:
+                z = np.load(f)
+                best, alpha = fn(z["nll"], z["val_r"], z["val_v"])
+                r_all.append(z["test_r"][best])
+                s_all.append(np.sqrt(z["test_v"][best] * alpha))
+            r, s = np.concatenate(r_all), np.concatenate(s_all)
+            p = {"n_test": len(r), "coverage_95": coverage(r, 0 * r, s, 0.95), "mean_z2": mean_z2(r, 0 * r, s)}
+            nll = float(np.mean(0.5 * np.log(2 * np.pi * s ** 2) + 0.5 * (r / s) ** 2))
+            ok = calibrated(p)
+            counts[rule, kind] += ok and len(r) >= MIN_POOLED_TEST
+            cells += [f"{p['coverage_95']:.3f}", f"{p['mean_z2']:.2f}", f"{nll:.3f}", "yes" if ok else "no"]
+        print(f"{dataset}\t{kind}\t{len(fs)}\t{len(r)}\t" + "\t".join(cells))
+    for kind in ("val", "plain"):
+        print(f"calibrated ({kind}, sets with >= {MIN_POOLED_TEST} test points)\t\t\t\t"
+              + "\t".join(f"\t\t\t{counts[r, kind]}" for r in RULES))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(sys.argv[2], Path(sys.argv[3]), sys.argv[4:])
+    else:
+        report(Path(sys.argv[2]))
