@@ -143,6 +143,18 @@ def report(out: Path):
     for kind in ("val", "plain"):
         print(f"calibrated ({kind}, sets with >= {MIN_POOLED_TEST} test points)\t\t\t\t"
               + "\t".join(f"\t\t\t{counts[r, kind]}" for r in RULES))
+    # per fit: how optimistic α was (test mean z² at the pick / α) against the factor each rule puts on α
+    needed, factors = [], {r: [] for r in RULES if r != "same part"}
+    for f in files:
+        z = np.load(f)
+        best, alpha = scale_same_part(z["nll"], z["val_r"], z["val_v"])
+        needed.append(np.log(np.mean(z["test_r"][best] ** 2 / z["test_v"][best]) / alpha))
+        for rule in factors:
+            factors[rule].append(np.log(RULES[rule](z["nll"], z["val_r"], z["val_v"])[1] / alpha))
+    print(f"per fit ({len(files)}): test mean z² / α, geometric mean {np.exp(np.mean(needed)):.3f}, median "
+          f"{np.exp(np.median(needed)):.3f}; " + "; ".join(
+              f"{r} factor: geometric mean {np.exp(np.mean(v)):.3f}, correlation of logs with the needed "
+              f"{np.corrcoef(needed, v)[0, 1]:.2f}" for r, v in factors.items()))
 
 
 if __name__ == "__main__":
