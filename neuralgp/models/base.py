@@ -179,12 +179,14 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 
     def _selection_optimism(self) -> float:
         """γ of ``selection_optimism`` when the training loop kept every check's validation points (early stopping
-        picked a check on them), else 1."""
+        picked a check on them), else 1 (also when γ is not finite: left-out sums of zero, exact predictions)."""
         log = getattr(self, "train_log_", None)
         points = getattr(log, "validation_points", None)
         if not points or len(points) != len(log.history) or len(points[0][0]) <= MIN_RECALIBRATION_POINTS:
             return 1.0
-        return selection_optimism(points)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gamma = selection_optimism(points)
+        return gamma if np.isfinite(gamma) and gamma > 0 else 1.0
 
     validation_fraction = 0.0
     validation_names = ("X_val", "y_val")  # what ``fit`` calls its third and fourth arguments, for errors

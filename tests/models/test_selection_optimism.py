@@ -75,3 +75,15 @@ def test_fit_scales_variances_by_the_corrected_alpha():
     mean, std = model.predict(X_val, return_std=True)
     # the validation part's mean z² is 1/γ: α = mean z² there, times γ
     assert np.mean(((y_val - mean) / std) ** 2) == pytest.approx(1 / selection_optimism(points), rel=1e-6)
+
+
+def test_no_finite_correction_leaves_alpha_as_it_is():
+    """A validation part predicted exactly but for one point: the left-out sums are 0, γ is not finite; fit keeps
+    the plain α instead of dropping the recalibration."""
+    from neuralgp.train.loop import TrainLog
+    residuals = np.zeros(12)
+    residuals[3] = 0.5
+    points = np.stack([residuals, np.ones(12)])
+    model = DBKRegressor()
+    model.train_log_ = TrainLog(history=[(0, np.nan, 0.0)], validation_points=[points])
+    assert model._selection_optimism() == 1.0
