@@ -192,14 +192,15 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
                 log.history.append((i, loss, val))
                 if math.isfinite(val) and not val >= log.best_val_nll:  # also true while best is nan
                     log.best_val_nll, log.best_step, best = val, i, _snapshot(module)
-                bar.set_postfix(loss=f"{loss:.4g}", val_nll=f"{val:.4g}", best=f"{log.best_val_nll:.4g}")
+                bar.set_postfix(loss=f"{loss:.4g}", val_nll=f"{val:.4g}", best=f"{log.best_val_nll:.4g}",
+                                refresh=False)  # shown at the next refresh: a log gets a line per 10 s
                 if i - log.best_step >= patience:
                     log.stopped_early = True
                     break
             elif validate is None and check:
                 best, log.best_step = _snapshot(module), i
                 log.history.append((i, loss, math.nan))
-                bar.set_postfix(loss=f"{loss:.4g}")
+                bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
             if checkpoint is not None and i % checkpoint.every == 0 and i < n_steps:
                 checkpoint.save(module, best, log, i, time.perf_counter() - start)
             if out_of_time:
