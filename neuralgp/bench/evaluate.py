@@ -69,6 +69,7 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   noise_variance=None if noise is None else float(noise) / sd ** 2,
                   n_parameters=count_parameters(model),
                   variance_scale=float(getattr(model, "variance_scale", 1.0)),
+                  selection_optimism=getattr(model, "selection_optimism_", None),  # the part of it due to the pick
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
         report[f"{stage}_seconds"] = seconds

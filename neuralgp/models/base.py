@@ -148,7 +148,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         ``validation_fraction`` of (X, y) held out from training — drives early stopping where the model has it,
         and then ``recalibrate`` (when ``recalibrates_on_validation()`` and the validation part has at least
         ``MIN_RECALIBRATION_POINTS`` rows), with α corrected for early stopping's pick on the same rows
-        (``selection_optimism``)."""
+        (``selection_optimism``; the factor is kept as ``selection_optimism_``)."""
         check_params(self)
         _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
@@ -161,7 +161,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        for attr in ("x_scaler_", "variance_scale_"):  # a refit that fails must not leave the old fit half-replaced
+        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_"):  # a failed refit leaves no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)
@@ -172,9 +172,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if n_val and self.recalibrates_on_validation() and n_val >= MIN_RECALIBRATION_POINTS:
-            alpha = self._mean_z2(X_val, y_val) * self._selection_optimism()
+            gamma = self._selection_optimism()
+            alpha = self._mean_z2(X_val, y_val) * gamma
             if np.isfinite(alpha) and alpha > 0:  # 0 only when the validation targets equal the predictions
-                self.variance_scale_ = alpha
+                self.variance_scale_, self.selection_optimism_ = alpha, gamma
         return self
 
     def _selection_optimism(self) -> float:

@@ -75,6 +75,7 @@ def test_fit_scales_variances_by_the_corrected_alpha():
     mean, std = model.predict(X_val, return_std=True)
     # the validation part's mean z² is 1/γ: α = mean z² there, times γ
     assert np.mean(((y_val - mean) / std) ** 2) == pytest.approx(1 / selection_optimism(points), rel=1e-6)
+    assert model.selection_optimism_ == selection_optimism(points)  # kept as a fitted attribute (bench records)
 
 
 def test_no_finite_correction_leaves_alpha_as_it_is():
