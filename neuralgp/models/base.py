@@ -31,10 +31,11 @@ MIN_RECALIBRATION_POINTS = 10
 MAX_SELECTION_POINTS = 5000
 
 
-def selection_optimism(points) -> float:
+def selection_optimism(points, best: int | None = None) -> float:
     """Factor γ on the variance scale α of the check that early stopping picked on a validation part.
 
-    ``points``: per validation check, a (2, n) array of the residuals y − μ and predictive variances. Early
+    ``points``: per validation check, a (2, n) array of the residuals y − μ and predictive variances; ``best``: the
+    index of the check the training loop kept (by default the one this criterion picks on all points). Early
     stopping keeps the check with the lowest recalibrated NLL, mean log v + log α with α = mean z²
     (``NeuralGPRegressor._validation_nll``), and α is then fitted on the same points: on a few dozen points the pick
     favours checks whose errors happen to be small for their variance, so α is optimistic. Each point i is
@@ -56,7 +57,8 @@ def selection_optimism(points) -> float:
     Z, L = z2.sum(1, keepdims=True), log_v.sum(1, keepdims=True)
     Z_out, L_out = Z - z2, L - log_v  # (checks, points): the sums without point i
     cols = np.arange(n)
-    picks, best = pick(Z_out, L_out, n - 1), pick(Z, L, n)[0]
+    picks = pick(Z_out, L_out, n - 1)
+    best = pick(Z, L, n)[0] if best is None else best
     loo_z2 = z2[picks, cols] / (Z_out[picks, cols] / (n - 1))
     loo_z2_at_best = z2[best] / (Z_out[best] / (n - 1))
     return float(np.mean(loo_z2) / np.mean(loo_z2_at_best))
@@ -185,8 +187,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         points = getattr(log, "validation_points", None)
         if not points or len(points) != len(log.history) or len(points[0][0]) <= MIN_RECALIBRATION_POINTS:
             return 1.0
+        kept = [h[0] for h in log.history].index(log.best_step)  # the check whose state the loop restored
         with np.errstate(divide="ignore", invalid="ignore"):
-            gamma = selection_optimism(points)
+            gamma = selection_optimism(points, kept)
         return gamma if np.isfinite(gamma) and gamma > 0 else 1.0
 
     validation_fraction = 0.0

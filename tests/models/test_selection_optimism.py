@@ -76,6 +76,8 @@ def test_fit_scales_variances_by_the_corrected_alpha():
     # the validation part's mean z² is 1/γ: α = mean z² there, times γ
     assert np.mean(((y_val - mean) / std) ** 2) == pytest.approx(1 / selection_optimism(points), rel=1e-6)
     assert model.selection_optimism_ == selection_optimism(points)  # kept as a fitted attribute (bench records)
+    kept = [h[0] for h in model.train_log_.history].index(model.train_log_.best_step)
+    assert selection_optimism(points, kept) == selection_optimism(points)  # the loop's pick is the criterion's
 
 
 def test_no_finite_correction_leaves_alpha_as_it_is():
@@ -86,5 +88,5 @@ def test_no_finite_correction_leaves_alpha_as_it_is():
     residuals[3] = 0.5
     points = np.stack([residuals, np.ones(12)])
     model = DBKRegressor()
-    model.train_log_ = TrainLog(history=[(0, np.nan, 0.0)], validation_points=[points])
+    model.train_log_ = TrainLog(history=[(0, np.nan, 0.0)], validation_points=[points], best_step=0)
     assert model._selection_optimism() == 1.0
