@@ -44,12 +44,11 @@ def recording(model):
     class Recording(cls):
         def _validation_nll(self, val, predict_scaled, recalibrated=False, keep_points=False):
             # the NLL alone: the fit itself keeps α uncorrected (the rules are replayed from what is stored here)
-            nll = NeuralGPRegressor._validation_nll(val, predict_scaled, recalibrated)
-            out = []
-            for X, y in ((val[0], val[1]), (self.study_X_test, self.study_y_test)):
-                mean, _, var_y = predict_scaled(X)
-                out += [y - mean.cpu().numpy(), var_y.cpu().numpy()]
-            self.study_checks.append((nll, *out))
+            nll, (val_r, val_v) = NeuralGPRegressor._validation_nll(val, predict_scaled, recalibrated,
+                                                                    keep_points=True)
+            mean, _, var_y = predict_scaled(self.study_X_test)
+            self.study_checks.append((nll, val_r.numpy(), val_v.numpy(), self.study_y_test - mean.cpu().numpy(),
+                                      var_y.cpu().numpy()))
             return nll
 
     Recording.__name__ = cls.__name__
@@ -110,7 +109,7 @@ def scale_nested(nll, val_r, val_v):
 
 def scale_corrected(nll, val_r, val_v):
     best, alpha = scale_same_part(nll, val_r, val_v)
-    return best, alpha * selection_optimism(np.stack([val_r, val_v], axis=1))
+    return best, alpha * selection_optimism(np.stack([val_r, val_v], axis=1), best)
 
 
 RULES = {"same part": scale_same_part, "nested": scale_nested, "corrected": scale_corrected}
