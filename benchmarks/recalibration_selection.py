@@ -5,7 +5,8 @@ Early stopping picks, among a few hundred checkpoints, the one with the lowest *
 ``fit`` then sets α = mean z² on the same validation points. On a few dozen points the pick favours checkpoints
 whose validation errors happen to be small for their predicted variance, so α is optimistic. This script fits a
 model on every pooled split of the calibration suite's small and medium sets, records at every validation check
-the validation and test predictions (standardised units), and replays the selection offline under three rules:
+the validation and test predictions (standardised units; for models without early stopping, FM-GP and DKM, those of
+the fitted state, before recalibration), and replays the selection offline under three rules:
 
   - "same part": the library's rule before this study (α = mean z² at the selected checkpoint);
   - "nested": α times the mean z² of each validation point predicted by the whole procedure (pick the checkpoint,
@@ -17,11 +18,13 @@ Fits use the suite's settings (60 s budget, seed = split index, 1 thread) with �
 predictions are those of the checkpoint each rule's pick keeps (all rules here keep the same one).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/recalibration_selection.py run dbk OUT DATASET...
+    (SPLITS=all: every split of each set — 10 uci masks, 20 gal splits — not only the suite's pooled ones)
     python benchmarks/recalibration_selection.py report OUT > OUT/rules.tsv
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -61,7 +64,10 @@ def run(name: str, out: Path, datasets: list[str]):
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
-        for seed in splits_of(dataset):
+        seeds = splits_of(dataset)
+        if os.environ.get("SPLITS") == "all":
+            seeds = range(10 if dataset.startswith("uci/") else 20)
+        for seed in seeds:
             for plain in (False, True):
                 path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"
                 if path.exists():
@@ -71,9 +77,9 @@ def run(name: str, out: Path, datasets: list[str]):
                 X, y = d.X_train, d.y_train
                 if plain:  # as the suite's '(plain fit)' rows: train + validation, a random 10 % held out inside
                     X, y = np.concatenate([X, d.X_val]), np.concatenate([y, d.y_val])
-                    X_tr, y_tr = model._hold_out_validation(X, y)[:2]
+                    X_tr, y_tr, X_v, y_v = model._hold_out_validation(X, y)
                 else:
-                    X_tr, y_tr = X, y
+                    X_tr, y_tr, X_v, y_v = X, y, d.X_val, d.y_val
                 xs = Scaler(model.input_scaling).fit(X_tr)
                 ys = Scaler("standard").fit(y_tr[:, None])
                 model.study_X_test = torch.as_tensor(xs.transform(d.X_test), dtype=torch.float32)
@@ -82,6 +88,12 @@ def run(name: str, out: Path, datasets: list[str]):
                     model.fit(X, y)
                 else:
                     model.fit(X, y, d.X_val, d.y_val)
+                if not model.study_checks:  # no early stopping (FM-GP, DKM): the fitted state is the one check
+                    checks = []
+                    for Xs, ys_ in ((X_v, y_v), (d.X_test, d.y_test)):
+                        mean, _, var_y = model._predict_scaled(xs.transform(Xs))
+                        checks += [ys.transform(ys_[:, None])[:, 0] - mean, var_y]
+                    model.study_checks.append((0.0, *checks))
                 nll, *arrays = zip(*model.study_checks)
                 np.savez(path, nll=np.array(nll), val_r=np.array(arrays[0]), val_v=np.array(arrays[1]),
                          test_r=np.array(arrays[2]), test_v=np.array(arrays[3]),

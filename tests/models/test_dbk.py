@@ -258,7 +258,8 @@ def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
     assert len(y_val) == 40 and len(y_tr) == 160
     mean, std = model.predict(X_val, return_std=True)
     gamma = selection_optimism(model.train_log_.validation_points)  # early stopping's pick, corrected
-    assert np.mean(((y_val - mean) / std) ** 2) == pytest.approx(1 / gamma, rel=1e-6)  # recalibrated on these
+    z2 = ((y_val - mean) / std) ** 2  # recalibrated on these: α = (mean z² + its standard error) · γ
+    assert (z2.mean() + z2.std(ddof=1) / np.sqrt(len(z2))) * gamma == pytest.approx(1, rel=1e-6)
     assert model.variance_scale != 1.0
     unscaled = DBKRegressor(**{**params, "recalibration": False}).fit(X, y)
     assert unscaled.variance_scale == 1.0
@@ -278,4 +279,6 @@ def test_recalibrated_validation_nll_selects_what_fit_returns():
     mean, std = model.predict(X_val, return_std=True)
     from neuralgp.metrics import nll
     sd = model.y_scaler_.scale_[0]
+    # the criterion scales by the plain mean z² (fit's α adds its standard error and γ on top)
+    std = std * np.sqrt(np.mean(((y_val - mean) / std) ** 2))
     assert nll(y_val / sd, mean / sd, std / sd) == pytest.approx(model.train_log_.best_val_nll, abs=1e-4)
