@@ -18,7 +18,8 @@ Fits use the suite's settings (60 s budget, seed = split index, 1 thread) with �
 predictions are those of the checkpoint each rule's pick keeps (all rules here keep the same one).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/recalibration_selection.py run dbk OUT DATASET...
-    (SPLITS=all: every split of each set — 10 uci masks, 20 gal splits — not only the suite's pooled ones)
+    (SPLITS=all: every split of each set — 10 uci masks, 20 gal splits — not only the suite's pooled ones; SPLITS=N:
+    the first N of them)
     python benchmarks/recalibration_selection.py report OUT > OUT/rules.tsv
 """
 
@@ -65,8 +66,10 @@ def run(name: str, out: Path, datasets: list[str]):
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
         seeds = splits_of(dataset)
-        if os.environ.get("SPLITS") == "all":
+        if os.environ.get("SPLITS"):  # "all", or at most this many
             seeds = range(10 if dataset.startswith("uci/") else 20)
+            if os.environ["SPLITS"] != "all":
+                seeds = seeds[:int(os.environ["SPLITS"])]
         for seed in seeds:
             for plain in (False, True):
                 path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"

@@ -77,8 +77,9 @@ def calibration_table(suite, records: list[dict]) -> str:
              f"Sets counted: {len(counted)}. 'NLL ≤ best baseline': sets where the row's NLL is at most the best "
              f"GPyTorch or scikit-learn baseline's. 'beats mean': RMSE < {MEAN_PREDICTOR_RMSE} on the "
              f"{len(signal)} sets where some model reaches RMSE < {SIGNAL_RMSE}.", "",
-             "| model | calibrated | NLL ≤ best baseline | beats mean | median train s | sets run | run on | code |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | calibrated | NLL ≤ best baseline | beats mean | median train s | sets run | splits per set "
+             "| run on | code |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for m in models:
         run = [d for d in sets if cells[d, m]]
         cal = [d for d in counted if cells[d, m] and calibrated(cells[d, m])]
@@ -87,11 +88,13 @@ def calibration_table(suite, records: list[dict]) -> str:
         mean_ok = [d for d in signal if cells[d, m] and cells[d, m]["rmse"] < MEAN_PREDICTOR_RMSE]
         secs = [cells[d, m]["train_seconds"] for d in run]
         rs = [r for r in records if r["model"] == m]
+        splits = sorted({cells[d, m]["splits"] for d in run})
+        span = "–" if not splits else f"{splits[0]}" if len(splits) == 1 else f"{splits[0]}–{splits[-1]}"
         lines.append(f"| {m} | {len(cal)}/{len(ran_counted)} | "
                      f"{f'{len(beat)}/{len(ran_counted)}' if m in ours else '–'} | "
                      f"{len(mean_ok)}/{sum(1 for d in signal if cells[d, m])} | "
                      f"{statistics.median(secs) if secs else float('nan'):.1f} | {len(run)}/{len(sets)} | "
-                     f"{run_on(rs)} | {commits(rs)} |")
+                     f"{span} | {run_on(rs)} | {commits(rs)} |")
     for title, key, fmt in (("95 % coverage (pooled; ✓ = calibrated, ✗ = not)", "coverage_95", ".2f"),
                             ("mean z² (pooled)", "mean_z2", ".2f"), ("NLL", "nll", ".3f"), ("RMSE", "rmse", ".3f"),
                             ("CRPS", "crps", ".3f"), ("train seconds", "train_seconds", ".1f")):

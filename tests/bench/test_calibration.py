@@ -34,8 +34,8 @@ def test_pooling_weights_splits_by_test_size_and_the_rule_needs_both_coverage_an
 
 def test_the_suite_covers_every_shared_set_with_more_splits_for_small_ones():
     assert len(DATASETS) == 33 and len(set(DATASETS)) == 33
-    assert splits_of("uci/servo") == list(range(5)) and splits_of("uci/pol") == [0]
-    assert splits_of("gal/concrete") == [0, 1, 2]
+    assert splits_of("uci/servo") == list(range(10)) and splits_of("uci/pol") == [0]
+    assert splits_of("gal/concrete") == list(range(20))
 
 
 def test_quick_calibration_run_has_both_fitting_modes_table_and_plot(tmp_path):
