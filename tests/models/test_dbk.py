@@ -7,7 +7,7 @@ from sklearn.base import clone
 
 import neuralgp
 from neuralgp import DBKRegressor
-from neuralgp.models.base import selection_optimism
+from neuralgp.models.base import RECALIBRATION_STANDARD_ERRORS as K, selection_optimism
 from neuralgp.train import train
 
 SMALL = dict(rank=16, hidden=32, max_iter=150, verbose=False, lr=3e-3, validation_fraction=0.0)  # fit on all of X
@@ -258,8 +258,8 @@ def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
     assert len(y_val) == 40 and len(y_tr) == 160
     mean, std = model.predict(X_val, return_std=True)
     gamma = selection_optimism(model.train_log_.validation_points)  # early stopping's pick, corrected
-    z2 = ((y_val - mean) / std) ** 2  # recalibrated on these: α = (mean z² + its standard error) · γ
-    assert (z2.mean() + z2.std(ddof=1) / np.sqrt(len(z2))) * gamma == pytest.approx(1, rel=1e-6)
+    z2 = ((y_val - mean) / std) ** 2  # recalibrated on these: α = (mean z² + K standard errors) · γ
+    assert (z2.mean() + K * z2.std(ddof=1) / np.sqrt(len(z2))) * gamma == pytest.approx(1, rel=1e-6)
     assert model.variance_scale != 1.0
     unscaled = DBKRegressor(**{**params, "recalibration": False}).fit(X, y)
     assert unscaled.variance_scale == 1.0

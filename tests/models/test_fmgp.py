@@ -12,6 +12,7 @@ from neuralgp import chunking
 from neuralgp.cli import main
 from neuralgp.features import MLP, ProductFeatures, SumFeatures
 from neuralgp.posterior import ExactPosterior, gram_stats
+from neuralgp.models.base import RECALIBRATION_STANDARD_ERRORS as K
 from neuralgp.posterior.dirichlet import class_gram, dirichlet_stats, dirichlet_targets
 
 D = torch.float64
@@ -90,10 +91,10 @@ def test_recalibration_makes_calibration_z2_one_and_survives_save(tmp_path):
     np.testing.assert_array_equal(m2, mean)
     np.testing.assert_array_equal(s2, std)
     assert loaded.outputscale_ == model.outputscale_
-    # fit(X, y, X_cal, y_cal) recalibrates in one call, one standard error of the mean z² higher
+    # fit(X, y, X_cal, y_cal) recalibrates in one call, K standard errors of the mean z² higher
     one_call = small_fmgp().fit(X, y, X_cal, y_cal)
     z2 = ((y_cal - mean) / std) ** 2  # mean 1 after recalibrate
-    upper = 1 + z2.std(ddof=1) / np.sqrt(len(z2))
+    upper = 1 + K * z2.std(ddof=1) / np.sqrt(len(z2))
     assert one_call.variance_scale == pytest.approx(model.variance_scale * upper, rel=1e-10)
 
 

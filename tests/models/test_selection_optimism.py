@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from neuralgp import DBKRegressor
-from neuralgp.models.base import selection_optimism
+from neuralgp.models.base import RECALIBRATION_STANDARD_ERRORS as K, selection_optimism
 
 
 def brute_force(points):
@@ -73,9 +73,9 @@ def test_fit_scales_variances_by_the_corrected_alpha():
     assert len(points) == len(model.train_log_.history) == 16  # before the first step and every 10 of 150
     _, _, X_val, y_val = model._hold_out_validation(X, y)
     mean, std = model.predict(X_val, return_std=True)
-    # α = (mean z² + its standard error) there, times γ: after it, that upper bound is 1/γ
+    # α = (mean z² + K standard errors) there, times γ: after it, that sum is 1/γ
     z2 = ((y_val - mean) / std) ** 2
-    assert z2.mean() + z2.std(ddof=1) / np.sqrt(len(z2)) == pytest.approx(1 / selection_optimism(points), rel=1e-6)
+    assert z2.mean() + K * z2.std(ddof=1) / np.sqrt(len(z2)) == pytest.approx(1 / selection_optimism(points), rel=1e-6)
     assert model.selection_optimism_ == selection_optimism(points)  # kept as a fitted attribute (bench records)
     kept = [h[0] for h in model.train_log_.history].index(model.train_log_.best_step)
     assert selection_optimism(points, kept) == selection_optimism(points)  # the loop's pick is the criterion's
