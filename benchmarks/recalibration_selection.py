@@ -4,22 +4,22 @@ issue 14, not a suite.
 Early stopping picks, among a few hundred checkpoints, the one with the lowest *recalibrated* validation NLL, and
 ``fit`` then sets α = mean z² on the same validation points. On a few dozen points the pick favours checkpoints
 whose validation errors happen to be small for their predicted variance, so α is optimistic. This script fits a
-model on every pooled split of the calibration suite's small and medium sets, records at every validation check
+model on the pooled splits of the calibration suite's small and medium sets, records at every validation check
 the validation and test predictions (standardised units; for models without early stopping, FM-GP and DKM, those of
-the fitted state, before recalibration), and replays the selection offline under three rules:
+the fitted state, before recalibration), and replays the selection offline under these rules:
 
   - "same part": the library's rule before this study (α = mean z² at the selected checkpoint);
   - "nested": α times the mean z² of each validation point predicted by the whole procedure (pick the checkpoint,
     fit α) run on the other validation points — leave-one-out, an estimate of the procedure's test mean z²;
   - "corrected": α times ``neuralgp.models.base.selection_optimism``, that leave-one-out z² over the one at the
-    picked checkpoint alone (the pick's optimism without what leaving points out does by itself): the library's
-    rule since this study.
+    picked checkpoint alone (the pick's optimism without what leaving points out does by itself);
+  - "corrected + ½ SE" (the library's rule since, ``recalibration_scale``) and "corrected + 1 SE": α the
+    validation mean z² plus that many of its standard errors, times the same factor.
 Fits use the suite's settings (60 s budget, seed = split index, 1 thread) with α left uncorrected; the test
 predictions are those of the checkpoint each rule's pick keeps (all rules here keep the same one).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/recalibration_selection.py run dbk OUT DATASET...
-    (SPLITS=all: every split of each set — 10 uci masks, 20 gal splits — not only the suite's pooled ones; SPLITS=N:
-    the first N of them)
+    (every split the suite pools: all 10 uci masks / 20 gal splits; SPLITS=N: the first N of them)
     python benchmarks/recalibration_selection.py report OUT > OUT/rules.tsv
 """
 
@@ -65,11 +65,7 @@ def run(name: str, out: Path, datasets: list[str]):
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
-        seeds = splits_of(dataset)
-        if os.environ.get("SPLITS"):  # "all", or at most this many
-            seeds = range(10 if dataset.startswith("uci/") else 20)
-            if os.environ["SPLITS"] != "all":
-                seeds = seeds[:int(os.environ["SPLITS"])]
+        seeds = splits_of(dataset)[:int(os.environ.get("SPLITS", 0)) or None]
         for seed in seeds:
             for plain in (False, True):
                 path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"
@@ -127,7 +123,17 @@ def scale_corrected(nll, val_r, val_v):
     return best, alpha * selection_optimism(np.stack([val_r, val_v], axis=1), best)
 
 
-RULES = {"same part": scale_same_part, "nested": scale_nested, "corrected": scale_corrected}
+def scale_upper(k):
+    """"corrected" with α = the validation mean z² plus k standard errors (``recalibration_scale`` at k)."""
+    def rule(nll, val_r, val_v):
+        best, alpha = scale_corrected(nll, val_r, val_v)
+        z2 = val_r[best] ** 2 / val_v[best]
+        return best, alpha * (1 + k * z2.std(ddof=1) / np.sqrt(len(z2)) / z2.mean())
+    return rule
+
+
+RULES = {"same part": scale_same_part, "nested": scale_nested, "corrected": scale_corrected,
+         "corrected + ½ SE": scale_upper(0.5), "corrected + 1 SE": scale_upper(1.0)}
 
 
 def report(out: Path):
