@@ -265,6 +265,15 @@ def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
     assert unscaled.variance_scale == 1.0
 
 
+def test_plain_fit_holds_out_enough_rows_to_recalibrate():
+    X, y = toy(90)
+    params = {**SMALL, "validation_fraction": 0.1}
+    assert len(DBKRegressor(**params)._hold_out_validation(X, y)[3]) == 10  # not 9: recalibration needs 10
+    assert DBKRegressor(**params).fit(X, y).variance_scale != 1.0
+    assert len(DBKRegressor(**{**params, "recalibration": False})._hold_out_validation(X, y)[3]) == 9
+    assert len(DBKRegressor(**params)._hold_out_validation(X[:49], y[:49])[3]) == 5  # too few rows to spare 10
+
+
 def test_too_few_validation_points_leave_the_variances_unscaled():
     X, y = toy(40)
     model = DBKRegressor(**SMALL).fit(X[:31], y[:31], X[31:], y[31:])  # 9 validation points: no usable α
