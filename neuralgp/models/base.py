@@ -33,8 +33,8 @@ MAX_SELECTION_POINTS = 5000
 
 # how many standard errors of the validation mean z² ``fit`` adds to it (``recalibration_scale``); chosen among 0, ½
 # and 1 on every split of the calibration suite's 21 small and medium sets for DBK, DAK and FM-GP (with a validation
-# part and plain fit): ½ calibrates the most sets, 1 gives a lower NLL but leaves DBK under-confident on the
-# medium sets (docs/methods/dbk.md, "Recalibration after early stopping")
+# part and plain fit): ½ calibrates as many sets as any rule tried, 1 gives a lower NLL but leaves DBK
+# under-confident on the medium sets (docs/methods/dbk.md, "Half a standard error on α")
 RECALIBRATION_STANDARD_ERRORS = 0.5
 
 
@@ -45,8 +45,8 @@ def recalibration_scale(mean_z2: float, mean_z4: float, n: int) -> float:
     The plain mean (FM-GP Algorithm 1, ``recalibrate``) is the maximum-likelihood scale, but on a few dozen rows of
     the heavy-tailed residuals of real data its sampling distribution is right-skewed: it misses the rare large
     errors more often than not, and the test mean z² it leaves is above 1 in most fits. Adding part of its
-    standard error moves it toward the expectation on small parts and vanishes on large ones (√(2/n) relative for
-    Gaussian z: 26 % at 30 rows, 3 % at 2000).
+    standard error moves it toward the expectation on small parts and vanishes on large ones (for Gaussian z the
+    standard error is √(2/n) of the mean: 26 % at 30 rows, 3 % at 2000; heavier tails make it larger).
     """
     if n < 2:
         return mean_z2
