@@ -37,7 +37,7 @@ from neuralgp.bench.suites.calibration import split_of, splits_of
 from neuralgp.datasets import load
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.metrics import coverage, mean_z2
-from neuralgp.models.base import NeuralGPRegressor, selection_optimism
+from neuralgp.models.base import NeuralGPRegressor, recalibration_scale, selection_optimism
 from neuralgp.registry import build
 
 
@@ -128,7 +128,7 @@ def scale_upper(k):
     def rule(nll, val_r, val_v):
         best, alpha = scale_corrected(nll, val_r, val_v)
         z2 = val_r[best] ** 2 / val_v[best]
-        return best, alpha * (1 + k * z2.std(ddof=1) / np.sqrt(len(z2)) / z2.mean())
+        return best, alpha * recalibration_scale(z2.mean(), np.mean(z2 ** 2), len(z2), k) / z2.mean()
     return rule
 
 

@@ -38,9 +38,10 @@ MAX_SELECTION_POINTS = 5000
 RECALIBRATION_STANDARD_ERRORS = 0.5
 
 
-def recalibration_scale(mean_z2: float, mean_z4: float, n: int) -> float:
-    """α that ``fit`` puts on the variances from n validation z-scores: their mean z² plus
-    ``RECALIBRATION_STANDARD_ERRORS`` standard errors √((mean z⁴ − mean z²²)/(n − 1)).
+def recalibration_scale(mean_z2: float, mean_z4: float, n: int,
+                        standard_errors: float = RECALIBRATION_STANDARD_ERRORS) -> float:
+    """α that ``fit`` puts on the variances from n validation z-scores: their mean z² plus ``standard_errors``
+    standard errors √((mean z⁴ − mean z²²)/(n − 1)) (other counts: the study that chose the default).
 
     The plain mean (FM-GP Algorithm 1, ``recalibrate``) is the maximum-likelihood scale, but on a few dozen rows of
     the heavy-tailed residuals of real data its sampling distribution is right-skewed: it misses the rare large
@@ -50,7 +51,7 @@ def recalibration_scale(mean_z2: float, mean_z4: float, n: int) -> float:
     """
     if n < 2:
         return mean_z2
-    return mean_z2 + RECALIBRATION_STANDARD_ERRORS * math.sqrt(max(mean_z4 - mean_z2 ** 2, 0.0) / (n - 1))
+    return mean_z2 + standard_errors * math.sqrt(max(mean_z4 - mean_z2 ** 2, 0.0) / (n - 1))
 
 
 def selection_optimism(points, best: int | None = None) -> float:
