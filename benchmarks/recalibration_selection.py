@@ -71,7 +71,7 @@ def run(name: str, out: Path, datasets: list[str]):
                 path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"
                 if path.exists():
                     continue
-                d = load(dataset, split=split_of(dataset, seed))
+                d = load(dataset, split=split_of(dataset, seed), seed=seed)  # as the suite's runner: validation carved by seed
                 model = recording(build(name, verbose=False, max_time=60.0, seed=seed))  # as the suite: seed = split
                 X, y = d.X_train, d.y_train
                 if plain:  # as the suite's '(plain fit)' rows: train + validation, a random 10 % held out inside
