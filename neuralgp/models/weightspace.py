@@ -56,6 +56,11 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def trains_trace_regulariser(self) -> bool:
         return False
 
+    def _early_stops(self, n_val: int) -> bool:
+        """Whether training keeps the best validation check (early stopping) given ``n_val`` validation rows over
+        all workers, or the final state (the validation part then only recalibrates)."""
+        return True
+
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
@@ -105,7 +110,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             return loss
 
         validate = None
-        if val is not None:
+        if val is not None and self._early_stops(distributed.total_count(len(val[1]))):
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
@@ -134,7 +139,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
                                    batch, gen, opt, min_batch=min(2, n_local), **shared)
 
         validate = None
-        if val is not None:
+        if val is not None and self._early_stops(distributed.total_count(len(val[1]))):
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration,
