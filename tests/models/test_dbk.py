@@ -7,7 +7,7 @@ from sklearn.base import clone
 
 import neuralgp
 from neuralgp import DBKRegressor
-from neuralgp.errors import InputError
+from neuralgp.errors import ParameterError
 from neuralgp.models.base import RECALIBRATION_STANDARD_ERRORS as K, selection_optimism
 from neuralgp.train import train
 
@@ -315,5 +315,5 @@ def test_exact_dbk_keeps_the_final_state_on_a_tiny_validation_part():
 
 def test_early_stopping_must_be_auto_or_a_bool():
     X, y = toy(60)
-    with pytest.raises(InputError, match="early_stopping"):
+    with pytest.raises(ParameterError, match="early_stopping"):
         DBKRegressor(**SMALL, early_stopping="yes").fit(X, y)
