@@ -8,8 +8,9 @@ protocol (validation part of the split, seed = split index, 60 s, 1 thread), and
 with the suite's own records of the default (``benchmarks/results/calibration/results.jsonl``).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/early_stopping_off.py run OUT DATASET...
-    (EVAL_EVERY=N: validate every N iterations instead, fewer checks to pick from)
-    python benchmarks/early_stopping_off.py report OUT
+    (EVAL_EVERY=N: validate every N iterations instead, fewer checks to pick from; MODEL=dak: another registry
+    model, its eval_every counted in its own steps — epochs for DAK)
+    python benchmarks/early_stopping_off.py report OUT [ROW]   (ROW: the suite's row to compare with, default DBK)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def run(out: Path, datasets: list[str]):
             if path.exists():
                 continue
             d = load(dataset, split=split_of(dataset, seed), seed=seed)  # as the suite's runner
-            model = build("dbk", verbose=False, max_time=60.0, seed=seed,
+            model = build(os.environ.get("MODEL", "dbk"), verbose=False, max_time=60.0, seed=seed,
                           eval_every=int(os.environ.get("EVAL_EVERY", 10 ** 6)))
             model.fit(d.X_train, d.y_train, d.X_val, d.y_val)
             mean, std = model.predict(d.X_test, return_std=True)
@@ -50,11 +51,11 @@ def run(out: Path, datasets: list[str]):
             print(path.name, flush=True)
 
 
-def report(out: Path):
+def report(out: Path, row: str = "DBK"):
     suite = {}
     for line in open(RECORDS):
         r = json.loads(line)
-        if r["model"] == "DBK":
+        if r["model"] == row:
             suite[r["dataset"], r["seed"]] = r
     groups = {}
     for f in out.glob("*.json"):
@@ -82,4 +83,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(Path(sys.argv[2]), sys.argv[3:])
     else:
-        report(Path(sys.argv[2]))
+        report(Path(sys.argv[2]), *sys.argv[3:4])
