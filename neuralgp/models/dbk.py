@@ -18,11 +18,6 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-
-# exact DBK early-stops only on a validation part of at least this many rows (``early_stopping="auto"``): on the
-# shared sets' tiny parts (9-31 rows) keeping the final state calibrated 5 sets where early stopping left 4 over- or
-# under-confident; the next part in size has 39 rows (docs/methods/dbk.md, "No early stopping on tiny validation parts")
-MIN_EARLY_STOPPING_POINTS = 32
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
                              VALIDATION_FRACTION, one_of)
 from neuralgp.posterior import PRECISIONS
@@ -34,12 +29,6 @@ class DBKRegressor(WeightSpaceRegressor):
     """Deep basis kernel GP regressor with exact (``inference="exact"``) or SVI (``"svi"``, SVDBK) inference.
 
     Ablations of the paper: ``variance_correction=False`` (-c), ``rank=1`` (-r), both (-cr).
-
-    ``early_stopping``: keep the validation check of lowest (recalibrated) NLL (``True``), the final state
-    (``False``; the variances are still recalibrated on the validation part), or — ``"auto"``, the default — early
-    stop unless inference is exact and the validation part has fewer than ``MIN_EARLY_STOPPING_POINTS`` (32) rows:
-    a pick among hundreds of checks on a few dozen points is noise that leaves α optimistic (docs/methods/dbk.md,
-    "No early stopping on tiny validation parts").
     """
 
     name = "DBK"
@@ -51,7 +40,7 @@ class DBKRegressor(WeightSpaceRegressor):
         "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
         "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
-        "early_stopping": (one_of("auto"), BOOL), "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
+        "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION, "recalibration": BOOL,
         **CHECKPOINT_RULES, **COMMON_RULES}
 
@@ -59,7 +48,7 @@ class DBKRegressor(WeightSpaceRegressor):
                  variance_correction=True, normalize_features="auto", variational_family="full",
                  training_gram_precision="mixed", chunk_size=EXACT_TRAIN_ROWS, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, early_stopping="auto", max_time=None, noise_init=0.1, noise_lr=None, noise_min=1e-6, normalize_y=True,
+                 patience=None, max_time=None, noise_init=0.1, noise_lr=None, noise_min=1e-6, normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
                  verbose=True, checkpoint=None, checkpoint_every=100):
         self.rank = rank
@@ -80,7 +69,6 @@ class DBKRegressor(WeightSpaceRegressor):
         self.max_epochs = max_epochs
         self.eval_every = eval_every
         self.patience = patience
-        self.early_stopping = early_stopping
         self.max_time = max_time
         self.noise_init = noise_init
         self.noise_lr = noise_lr
@@ -94,11 +82,6 @@ class DBKRegressor(WeightSpaceRegressor):
         self.verbose = verbose
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
-
-    def _early_stops(self, n_val: int) -> bool:
-        if self.early_stopping == "auto":
-            return not self._is_exact() or n_val >= MIN_EARLY_STOPPING_POINTS
-        return bool(self.early_stopping)
 
     # -- construction ----------------------------------------------------------------------------
     def uses_normalized_features(self) -> bool:

@@ -56,11 +56,6 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def trains_trace_regulariser(self) -> bool:
         return False
 
-    def _early_stops(self, n_val: int) -> bool:
-        """Whether training keeps the best validation check (early stopping) given ``n_val`` validation rows over
-        all workers, or the final state (the validation part then only recalibrates)."""
-        return True
-
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
@@ -110,7 +105,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             return loss
 
         validate = None
-        if val is not None and self._early_stops(distributed.total_count(len(val[1]))):
+        if val is not None:
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
@@ -139,7 +134,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
                                    batch, gen, opt, min_batch=min(2, n_local), **shared)
 
         validate = None
-        if val is not None and self._early_stops(distributed.total_count(len(val[1]))):
+        if val is not None:
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration,

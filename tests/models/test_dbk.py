@@ -7,7 +7,6 @@ from sklearn.base import clone
 
 import neuralgp
 from neuralgp import DBKRegressor
-from neuralgp.errors import ParameterError
 from neuralgp.models.base import RECALIBRATION_STANDARD_ERRORS as K, selection_optimism
 from neuralgp.train import train
 
@@ -284,7 +283,7 @@ def test_too_few_validation_points_leave_the_variances_unscaled():
 
 def test_recalibrated_validation_nll_selects_what_fit_returns():
     X, y = toy(150)
-    model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10, "early_stopping": True}).fit(X, y)
+    model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10}).fit(X, y)
     _, _, X_val, y_val = model._hold_out_validation(X, y)
     mean, std = model.predict(X_val, return_std=True)
     from neuralgp.metrics import nll
@@ -292,28 +291,3 @@ def test_recalibrated_validation_nll_selects_what_fit_returns():
     # the criterion scales by the plain mean z² (fit's α adds its standard error and γ on top)
     std = std * np.sqrt(np.mean(((y_val - mean) / std) ** 2))
     assert nll(y_val / sd, mean / sd, std / sd) == pytest.approx(model.train_log_.best_val_nll, abs=1e-4)
-
-
-def test_exact_dbk_keeps_the_final_state_on_a_tiny_validation_part():
-    from neuralgp.models.dbk import MIN_EARLY_STOPPING_POINTS
-    X, y = toy(200)
-    n = 200 - MIN_EARLY_STOPPING_POINTS
-    params = {**SMALL, "max_iter": 60, "eval_every": 10}
-    tiny = DBKRegressor(**params).fit(X[:n + 1], y[:n + 1], X[n + 1:], y[n + 1:])  # 31 validation rows
-    assert tiny.n_iter_ == 60 and tiny.train_log_.best_step == 60  # the final state, no pick
-    assert all(np.isnan(v) for _, _, v in tiny.train_log_.history) and tiny.variance_scale != 1.0  # recalibrated
-    assert tiny.selection_optimism_ == 1.0
-    enough = DBKRegressor(**params).fit(X[:n], y[:n], X[n:], y[n:])  # 32 rows: early stopping picks a check
-    assert all(np.isfinite(v) for _, _, v in enough.train_log_.history)
-    forced = DBKRegressor(**params, early_stopping=True).fit(X[:n + 1], y[:n + 1], X[n + 1:], y[n + 1:])
-    assert all(np.isfinite(v) for _, _, v in forced.train_log_.history)
-    off = DBKRegressor(**params, early_stopping=False).fit(X[:n], y[:n], X[n:], y[n:])
-    assert off.train_log_.best_step == 60 and off.variance_scale != 1.0
-    svi = DBKRegressor(**{**params, "max_epochs": 20}, inference="svi").fit(X[:n + 1], y[:n + 1], X[n + 1:], y[n + 1:])
-    assert all(np.isfinite(v) for _, _, v in svi.train_log_.history)  # "auto" early-stops SVI on any part
-
-
-def test_early_stopping_must_be_auto_or_a_bool():
-    X, y = toy(60)
-    with pytest.raises(ParameterError, match="early_stopping"):
-        DBKRegressor(**SMALL, early_stopping="yes").fit(X, y)
