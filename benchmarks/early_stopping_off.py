@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neuralgp.bench.calibration import calibrated
+from neuralgp.bench.calibration import calibrated, pooled
 from neuralgp.bench.suites.calibration import split_of, splits_of
 from neuralgp.datasets import load
-from neuralgp.metrics import coverage, mean_z2
+from neuralgp.metrics import coverage, mean_z2, nll, rmse
 from neuralgp.registry import build
 
 RECORDS = Path(__file__).parent / "results" / "calibration" / "results.jsonl"
@@ -65,19 +65,14 @@ def report(out: Path, row: str = "DBK"):
     for dataset, fits in sorted(groups.items()):
         r = np.concatenate([z["r"] for _, z in fits])
         sd = np.concatenate([z["sd"] for _, z in fits])
-        base = [suite[dataset, seed] for seed, _ in fits]
-        n = sum(b["n_test"] for b in base)
-        off = {"n_test": len(r), "coverage_95": coverage(r, 0 * r, sd, 0.95), "mean_z2": mean_z2(r, 0 * r, sd)}
-        default = {"n_test": n, "coverage_95": sum(b["coverage_95"] * b["n_test"] for b in base) / n,
-                   "mean_z2": sum(b["mean_z2"] * b["n_test"] for b in base) / n}
-        nll = np.mean([np.mean(0.5 * np.log(2 * np.pi * np.square(z["sd"])) + 0.5 * np.square(np.divide(z["r"], z["sd"])))
-                       for _, z in fits])
-        rmse = np.mean([np.sqrt(np.mean(np.square(z["r"]))) for _, z in fits])
-        print(f"{dataset}\t{len(fits)}\t{off['coverage_95']:.3f} / {default['coverage_95']:.3f}\t"
-              f"{off['mean_z2']:.2f} / {default['mean_z2']:.2f}\t{nll:.3f} / {np.mean([b['nll'] for b in base]):.3f}\t"
-              f"{rmse:.3f} / {np.mean([b['rmse'] for b in base]):.3f}\t"
-              f"{'yes' if calibrated(off) else 'no'} / {'yes' if calibrated(default) else 'no'}")
-
+        off = {"n_test": len(r), "coverage_95": coverage(r, 0 * r, sd, 0.95), "mean_z2": mean_z2(r, 0 * r, sd),
+               "nll": np.mean([nll(z["r"], 0 * np.asarray(z["r"]), z["sd"]) for _, z in fits]),
+               "rmse": np.mean([rmse(z["r"], 0 * np.asarray(z["r"])) for _, z in fits])}
+        default = pooled([suite[dataset, seed] for seed, _ in fits])  # the suite's pooling of the same splits
+        print(f"{dataset}\t{len(fits)}\t" + "\t".join(f"{off[k]:{fmt}} / {default[k]:{fmt}}" for k, fmt in
+                                                   (("coverage_95", ".3f"), ("mean_z2", ".2f"), ("nll", ".3f"),
+                                                    ("rmse", ".3f")))
+              + f"\t{'yes' if calibrated(off) else 'no'} / {'yes' if calibrated(default) else 'no'}")
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
