@@ -38,6 +38,13 @@ MAX_SELECTION_POINTS = 5000
 RECALIBRATION_STANDARD_ERRORS = 0.5
 
 
+# validation parts smaller than this (a few dozen rows: data sets under about 1000 rows at the default 10 %) are too
+# few for α, whose z² are heavy-tailed: ``fit`` then cross-fits α on all the rows it was given, in this many folds
+# (``NeuralGPRegressor._cross_fit_moments``; docs/methods/dbk.md, "Cross-fitted recalibration on small data")
+CROSS_FIT_BELOW = 100
+CROSS_FIT_FOLDS = 5
+
+
 def recalibration_scale(mean_z2: float, mean_z4: float, n: int,
                         standard_errors: float = RECALIBRATION_STANDARD_ERRORS) -> float:
     """α that ``fit`` puts on the variances from n validation z-scores: their mean z² plus ``standard_errors``
@@ -173,7 +180,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         ``validation_fraction`` of (X, y) held out from training — drives early stopping where the model has it,
         and then the variances are recalibrated on it (when ``recalibrates_on_validation()`` and the validation part
         has at least ``MIN_RECALIBRATION_POINTS`` rows): α = ``recalibration_scale`` (mean z² plus half its
-        standard error), times early stopping's correction ``selection_optimism`` (kept as ``selection_optimism_``)."""
+        standard error), times early stopping's correction ``selection_optimism`` (kept as ``selection_optimism_``).
+        A validation part under ``CROSS_FIT_BELOW`` rows is too small for that: where the model can retrain
+        (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training and validation
+        rows together, each fold predicted by the model retrained without it for the steps early stopping kept
+        (``recalibrated_by_`` says which rule set α)."""
         check_params(self)
         _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
@@ -186,7 +197,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_"):  # a failed refit leaves no half fit
+        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_", "recalibrated_by_"):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)
@@ -196,12 +207,44 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
-        if n_val and self.recalibrates_on_validation() and n_val >= MIN_RECALIBRATION_POINTS:
-            gamma = self._selection_optimism()
-            alpha = recalibration_scale(*self._z2_moments(X_val, y_val)) * gamma
-            if np.isfinite(alpha) and alpha > 0:  # 0 only when the validation targets equal the predictions
-                self.variance_scale_, self.selection_optimism_ = alpha, gamma
+        if not n_val or not self.recalibrates_on_validation():
+            return self
+        rule, moments, gamma = None, None, 1.0
+        if n_val < CROSS_FIT_BELOW and not distributed.is_distributed():
+            rule, moments = "cross_fit", self._cross_fit_moments(X, y, X_val, y_val)
+        if moments is None and n_val >= MIN_RECALIBRATION_POINTS:
+            rule, moments, gamma = "validation", self._z2_moments(X_val, y_val), self._selection_optimism()
+        alpha = np.nan if moments is None else recalibration_scale(*moments) * gamma
+        if np.isfinite(alpha) and alpha > 0:  # 0 only when the held-out targets equal the predictions
+            self.variance_scale_, self.selection_optimism_, self.recalibrated_by_ = alpha, gamma, rule
         return self
+
+    def _fixed_budget_clone(self):
+        """An unfitted copy that trains on all the rows it is given, without validation or recalibration, for as
+        many steps as this fitted model kept; None where the model cannot (``fit`` then recalibrates on the
+        validation part alone)."""
+        return None
+
+    def _cross_fit_moments(self, X, y, X_val, y_val):
+        """(mean z², mean z⁴, rows) of the out-of-fold z-scores of the training and validation rows together, in
+        ``CROSS_FIT_FOLDS`` folds drawn with ``seed``: each fold predicted by ``_fixed_budget_clone`` fitted on
+        the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
+        the validation part, and no row is predicted by a model whose training stopped on it. None when there
+        are too few rows or the model cannot be retrained; a fold whose fit fails numerically gives None too."""
+        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
+        model = self._fixed_budget_clone()
+        if model is None or len(rows_y) < max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS):
+            return None
+        z2 = np.empty(len(rows_y))
+        folds = np.array_split(np.random.default_rng(self.seed).permutation(len(rows_y)), CROSS_FIT_FOLDS)
+        for held in folds:
+            kept = np.setdiff1d(np.arange(len(rows_y)), held)
+            try:
+                mean, std = model.fit(rows_X[kept], rows_y[kept]).predict(rows_X[held], return_std=True)
+            except (FloatingPointError, torch.linalg.LinAlgError):
+                return None
+            z2[held] = ((rows_y[held] - mean) / std) ** 2
+        return float(z2.mean()), float((z2 ** 2).mean()), len(z2)
 
     def _selection_optimism(self) -> float:
         """γ of ``selection_optimism`` when the training loop kept every check's validation points (early stopping

@@ -31,7 +31,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, RECALIBRATION, STEPS,
                              VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.train import adam, minibatch_epoch, train
@@ -93,10 +93,10 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     """
 
     name = "DAK"
-    param_rules = {**FEATURE_RULES, "inference": one_of(*INFERENCE), "max_iter": POSITIVE_INT,
+    param_rules = {**FEATURE_RULES, "inference": one_of(*INFERENCE), "max_iter": STEPS, "max_epochs": STEPS,
                    "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT), "noise_init": POSITIVE,
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "validation_fraction": VALIDATION_FRACTION,
-                   "recalibration": BOOL, **CHECKPOINT_RULES}
+                   "recalibration": RECALIBRATION, **CHECKPOINT_RULES}
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
@@ -155,6 +155,10 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
 
     def supports_distributed(self) -> bool:
         return not self.finetune  # the pre-training is one process's
+
+    def _fixed_budget_clone(self):
+        # max_epochs also sets fine-tuning's pre-training, which early stopping did not choose
+        return None if self.finetune else super()._fixed_budget_clone()
 
     def _prepare(self, Xt, yt):
         if self.finetune:

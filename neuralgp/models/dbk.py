@@ -18,7 +18,7 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, RECALIBRATION, STEPS,
                              VALIDATION_FRACTION, one_of)
 from neuralgp.posterior import PRECISIONS
 from neuralgp.posterior.variational import FAMILIES
@@ -38,10 +38,10 @@ class DBKRegressor(WeightSpaceRegressor):
         "activation": one_of(*ACTIVATIONS), "inference": one_of("exact", "svi"), "variance_correction": BOOL,
         "normalize_features": (one_of("auto"), BOOL), "variational_family": one_of(*FAMILIES),
         "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
-        "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": POSITIVE_INT,
-        "max_epochs": POSITIVE_INT, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
+        "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": STEPS,
+        "max_epochs": STEPS, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
-        "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION, "recalibration": BOOL,
+        "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION, "recalibration": RECALIBRATION,
         **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",

@@ -59,6 +59,17 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
+    def _fixed_budget_clone(self):
+        """This model's parameters with ``max_iter`` (exact) or ``max_epochs`` (mini-batch) set to the step early
+        stopping kept, and neither validation nor recalibration (``NeuralGPRegressor._cross_fit_moments``); None
+        with ``recalibration="validation"``."""
+        from sklearn.base import clone
+        if self.recalibration == "validation":
+            return None
+        budget = "max_iter" if self._is_exact() else "max_epochs"
+        return clone(self).set_params(validation_fraction=0.0, recalibration=False, verbose=False, checkpoint=None,
+                                      **{budget: self.train_log_.best_step})
+
     def supports_distributed(self) -> bool:
         """Trains across the workers of a process group, each fitting on its own rows (``neuralgp.distributed``):
         exact inference by summed statistics and gradients, mini-batch inference data-parallel."""
@@ -109,7 +120,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
-                                           self.recalibration, keep_points=self.recalibration)
+                                           bool(self.recalibration), keep_points=bool(self.recalibration))
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val))
@@ -137,8 +148,9 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if val is not None:
             def validate():
                 max_var = self._max_prior_variance(self._in_memory(Xt, yt))
-                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), self.recalibration,
-                                            keep_points=self.recalibration)
+                recalibrated = bool(self.recalibration)
+                return self._validation_nll(val, lambda X: self._predict_torch(X, m.q, max_var), recalibrated,
+                                            keep_points=recalibrated)
         return train(m, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=self.patience or 200, verbose=self.verbose, desc=f"{self.name} svi", unit="epoch",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val, gen))

@@ -252,7 +252,7 @@ def test_resnet_depth_counts_residual_blocks():
 
 def test_plain_fit_holds_out_a_validation_fraction_and_recalibrates_on_it():
     X, y = toy(200)
-    params = {**SMALL, "validation_fraction": 0.2}
+    params = {**SMALL, "validation_fraction": 0.2, "recalibration": "validation"}  # 40 rows: cross-fit by default
     model = DBKRegressor(**params).fit(X, y)
     X_tr, y_tr, X_val, y_val = DBKRegressor(**params)._hold_out_validation(X, y)
     assert len(y_val) == 40 and len(y_tr) == 160
@@ -269,21 +269,25 @@ def test_plain_fit_holds_out_enough_rows_to_recalibrate():
     X, y = toy(90)
     params = {**SMALL, "validation_fraction": 0.1}
     assert len(DBKRegressor(**params)._hold_out_validation(X, y)[3]) == 10  # not 9: recalibration needs 10
-    assert DBKRegressor(**params).fit(X, y).variance_scale != 1.0
+    assert DBKRegressor(**{**params, "recalibration": "validation"}).fit(X, y).variance_scale != 1.0
     assert len(DBKRegressor(**{**params, "recalibration": False})._hold_out_validation(X, y)[3]) == 9
     assert len(DBKRegressor(**params)._hold_out_validation(X[:49], y[:49])[3]) == 5  # too few rows to spare 10
 
 
 def test_too_few_validation_points_leave_the_variances_unscaled():
     X, y = toy(40)
-    model = DBKRegressor(**SMALL).fit(X[:31], y[:31], X[31:], y[31:])  # 9 validation points: no usable α
+    params = {**SMALL, "recalibration": "validation"}  # on the validation part alone
+    model = DBKRegressor(**params).fit(X[:31], y[:31], X[31:], y[31:])  # 9 validation points: no usable α
     assert model.variance_scale == 1.0
-    assert DBKRegressor(**SMALL).fit(X[:30], y[:30], X[30:], y[30:]).variance_scale != 1.0  # 10 points: scaled
+    assert DBKRegressor(**params).fit(X[:30], y[:30], X[30:], y[30:]).variance_scale != 1.0  # 10 points: scaled
+    cross_fit = DBKRegressor(**SMALL).fit(X[:31], y[:31], X[31:], y[31:])  # by default: α on all 40 rows
+    assert cross_fit.recalibrated_by_ == "cross_fit" and cross_fit.variance_scale != 1.0
 
 
 def test_recalibrated_validation_nll_selects_what_fit_returns():
     X, y = toy(150)
-    model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10}).fit(X, y)
+    model = DBKRegressor(**{**SMALL, "validation_fraction": 0.2, "eval_every": 10, "recalibration": "validation"})
+    model.fit(X, y)
     _, _, X_val, y_val = model._hold_out_validation(X, y)
     mean, std = model.predict(X_val, return_std=True)
     from neuralgp.metrics import nll

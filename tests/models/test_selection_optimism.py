@@ -67,7 +67,8 @@ def test_fit_scales_variances_by_the_corrected_alpha():
     rng = np.random.default_rng(3)
     X = rng.uniform(-1, 1, (150, 2))
     y = np.sin(3 * X[:, 0]) + 0.1 * rng.standard_normal(150)
-    params = dict(rank=16, hidden=32, max_iter=150, eval_every=10, verbose=False, lr=3e-3, validation_fraction=0.2)
+    params = dict(rank=16, hidden=32, max_iter=150, eval_every=10, verbose=False, lr=3e-3, validation_fraction=0.2,
+                  recalibration="validation")  # 30 validation rows: cross-fitted by default
     model = DBKRegressor(**params).fit(X, y)
     points = model.train_log_.validation_points
     assert len(points) == len(model.train_log_.history) == 16  # before the first step and every 10 of 150
