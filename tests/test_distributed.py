@@ -24,7 +24,9 @@ def _data(n=240, d=3, seed=0):
     return X, np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.normal(size=n)
 
 
-DBK_EXACT = dict(rank=8, hidden=16, max_iter=40, eval_every=10, training_gram_precision="float64", verbose=False)
+# recalibrated on the validation part: a process group does not cross-fit (its refits would be one process's)
+DBK_EXACT = dict(rank=8, hidden=16, max_iter=40, eval_every=10, training_gram_precision="float64", verbose=False,
+                 recalibration="validation")
 # one epoch, one full batch per worker: the two workers' averaged step is the one-process step on all rows
 FMGP_SMALL = dict(feature_dim=8, hidden=32, max_iter=20, verbose=False)
 SVDBK_ONE_STEP = dict(rank=8, hidden=16, inference="svi", max_epochs=1, validation_fraction=0.0, verbose=False)
@@ -195,7 +197,8 @@ def test_cli_nproc_2_fits_what_one_process_fits():
     # shards of whole gradient blocks (256 rows here: 512 + 88), the network's gradient summed in float64: the
     # two runs differ by float64 rounding, not float32 rounding grown by 60 Adam steps (the one process uses every
     # core, each worker one)
-    one, two = _cli_fit(), _cli_fit("--nproc", "2")
+    # recalibrated on the 60 validation rows in both: one process would cross-fit them (a process group does not)
+    one, two = (_cli_fit("--param", "recalibration=validation", *extra) for extra in ((), ("--nproc", "2")))
     assert two["workers"] == 2 and "workers" not in one
     for key in ("rmse", "nll", "coverage_95", "noise_variance"):
         assert two[key] == pytest.approx(one[key], rel=1e-9), key

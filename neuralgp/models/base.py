@@ -181,8 +181,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and then the variances are recalibrated on it (when ``recalibrates_on_validation()`` and the validation part
         has at least ``MIN_RECALIBRATION_POINTS`` rows): α = ``recalibration_scale`` (mean z² plus half its
         standard error), times early stopping's correction ``selection_optimism`` (kept as ``selection_optimism_``).
-        A validation part under ``CROSS_FIT_BELOW`` rows is too small for that: where the model can retrain
-        (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training and validation
+        A validation part under ``CROSS_FIT_BELOW`` rows is too small for that: in one process, where the model
+        can retrain (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training and validation
         rows together, each fold predicted by the model retrained without it for the steps early stopping kept
         (``recalibrated_by_`` says which rule set α)."""
         check_params(self)
