@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from tqdm.auto import tqdm
 
 from neuralgp import distributed
 from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS, row_slices
@@ -237,7 +238,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             return None
         z2 = np.empty(len(rows_y))
         folds = np.array_split(np.random.default_rng(self.seed).permutation(len(rows_y)), CROSS_FIT_FOLDS)
-        for held in folds:
+        for held in tqdm(folds, desc="cross-fitting the variance scale", unit="fold", leave=False,
+                         disable=not getattr(self, "verbose", False)):
             kept = np.setdiff1d(np.arange(len(rows_y)), held)
             try:
                 mean, std = model.fit(rows_X[kept], rows_y[kept]).predict(rows_X[held], return_std=True)
