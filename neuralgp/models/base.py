@@ -183,9 +183,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         has at least ``MIN_RECALIBRATION_POINTS`` rows): α = ``recalibration_scale`` (mean z² plus half its
         standard error), times early stopping's correction ``selection_optimism`` (kept as ``selection_optimism_``).
         A validation part under ``CROSS_FIT_BELOW`` rows is too small for that: in one process, where the model
-        can retrain (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training and validation
-        rows together, each fold predicted by the model retrained without it for the steps early stopping kept
-        (``recalibrated_by_`` says which rule set α)."""
+        can retrain (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training
+        and validation rows together, each fold predicted by the model retrained without it for the steps early
+        stopping kept (``recalibrated_by_`` says which rule set α)."""
         check_params(self)
         _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)

@@ -31,8 +31,8 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, RECALIBRATION, STEPS,
-                             VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+                             RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.train import adam, minibatch_epoch, train
 

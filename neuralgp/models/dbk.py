@@ -18,8 +18,8 @@ from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, RECALIBRATION, STEPS,
-                             VALIDATION_FRACTION, one_of)
+from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
+                             RECALIBRATION, STEPS, VALIDATION_FRACTION, one_of)
 from neuralgp.posterior import PRECISIONS
 from neuralgp.posterior.variational import FAMILIES
 
@@ -41,8 +41,8 @@ class DBKRegressor(WeightSpaceRegressor):
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": STEPS,
         "max_epochs": STEPS, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
-        "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION, "recalibration": RECALIBRATION,
-        **CHECKPOINT_RULES, **COMMON_RULES}
+        "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
+        "recalibration": RECALIBRATION, **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
