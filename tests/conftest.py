@@ -20,6 +20,8 @@ HOW_TO_GET_DATA = ("needs the real benchmark data: `neuralgp datasets download -
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"real_data: {HOW_TO_GET_DATA}")
+    config.addinivalue_line("markers", "cross_fit: runs the library's cross-fitted recalibration of small "
+                                       "validation parts (other tests recalibrate on the validation part alone)")
 
 
 def _regression(rng, n, d):
@@ -79,6 +81,16 @@ def toy_data_root(tmp_path_factory):
     _write_classification(root, "htru2", "HTRU_2.csv.gz", 300, 8, ["0", "1"], False,
                           [f'"f{i}"' for i in range(8)] + ['"class"'], rng)
     return root
+
+
+@pytest.fixture(autouse=True)
+def validation_recalibration(request, monkeypatch):
+    """Tests recalibrate small validation parts on the validation part alone: the cross-fitted α (5 more fits per
+    fit) would make every small DBK/DAK fit of the suite several times slower. Tests marked ``cross_fit`` — those of
+    the cross-fitted α and scikit-learn's estimator checks — run the library's default."""
+    if request.node.get_closest_marker("cross_fit") is None:
+        import neuralgp.models.base
+        monkeypatch.setattr(neuralgp.models.base, "CROSS_FIT_BELOW", 0)
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,8 @@ from neuralgp import DAKRegressor, DBKRegressor
 from neuralgp.errors import ParameterError
 from neuralgp.models.base import CROSS_FIT_BELOW, CROSS_FIT_FOLDS, recalibration_scale
 
+pytestmark = pytest.mark.cross_fit  # the library's default, not the suite's validation-part rule (conftest.py)
+
 SMALL = dict(rank=16, hidden=32, max_iter=150, eval_every=10, verbose=False, lr=1e-2, validation_fraction=0.2)
 
 

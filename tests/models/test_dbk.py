@@ -274,6 +274,7 @@ def test_plain_fit_holds_out_enough_rows_to_recalibrate():
     assert len(DBKRegressor(**params)._hold_out_validation(X[:49], y[:49])[3]) == 5  # too few rows to spare 10
 
 
+@pytest.mark.cross_fit
 def test_too_few_validation_points_leave_the_variances_unscaled():
     X, y = toy(40)
     params = {**SMALL, "recalibration": "validation"}  # on the validation part alone
