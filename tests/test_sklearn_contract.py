@@ -21,7 +21,6 @@ SGPR_ON_TRAINING_INPUTS = ("GPyTorch's SGPR adds its diagonal correction when th
 # float64: GPyTorch's own advice for exact comparisons. With the peers' default float32 the two invariance checks
 # (subset, sample order) fail by float32 rounding as well (measured: ~1e-7), like our float32 networks below.
 PEER = dict(verbose=False, dtype="float64")
-pytestmark = pytest.mark.cross_fit  # the estimators as users get them: small validation parts cross-fitted
 
 ESTIMATORS = [
     ng.DBKRegressor(rank=8, hidden=16, max_iter=50, verbose=False),
