@@ -232,9 +232,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
         the validation part, and no row is predicted by a model whose training stopped on it. None when there
         are too few rows or the model cannot be retrained; a fold whose fit fails numerically gives None too."""
-        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
         model = self._fixed_budget_clone()
-        if model is None or len(rows_y) < max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS):
+        if model is None:
+            return None
+        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
+        if len(rows_y) < max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS):
             return None
         z2 = np.empty(len(rows_y))
         folds = np.array_split(np.random.default_rng(self.seed).permutation(len(rows_y)), CROSS_FIT_FOLDS)

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from torch import nn
 
 from neuralgp import distributed
@@ -63,7 +64,6 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         """This model's parameters with ``max_iter`` (exact) or ``max_epochs`` (mini-batch) set to the step early
         stopping kept, and neither validation nor recalibration (``NeuralGPRegressor._cross_fit_moments``); None
         with ``recalibration="validation"``."""
-        from sklearn.base import clone
         if self.recalibration == "validation":
             return None
         budget = "max_iter" if self._is_exact() else "max_epochs"
@@ -119,8 +119,9 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         if val is not None:
             def validate():
                 posterior, max_var = self._exact_posterior(self._in_memory(Xt, yt))
+                recalibrated = bool(self.recalibration)
                 return self._validation_nll(val, lambda X: self._predict_torch(X, posterior, max_var),
-                                           bool(self.recalibration), keep_points=bool(self.recalibration))
+                                           recalibrated, keep_points=recalibrated)
         return train(m, step, self.max_iter, validate, eval_every=self.eval_every or 25,
                      patience=self.patience or 2000, verbose=self.verbose, desc=f"{self.name} exact", unit="it",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(opt, Xt, yt, val))
