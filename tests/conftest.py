@@ -19,6 +19,11 @@ HOW_TO_GET_DATA = ("needs the real benchmark data: `neuralgp datasets download -
 
 
 def pytest_configure(config):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # pytest-xdist: each worker (and the CLI processes it starts) gets its share of the cores
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     config.addinivalue_line("markers", f"real_data: {HOW_TO_GET_DATA}")
     config.addinivalue_line("markers", "cross_fit: runs the library's cross-fitted recalibration of small "
                                        "validation parts (other tests recalibrate on the validation part alone)")

@@ -85,11 +85,24 @@ def test_svdbk_fit_and_text_output(capsys):
     (["fit", "--dataset", "uci/yacht", "--rank", "x"], "--rank: must be an integer >= 1, got 'x'"),
     (["bench", "dbk-table1", "--quick", "--depth", "-1"], "--depth: must be an integer >= 1, got '-1'"),
 ])
-def test_errors_are_one_line_without_traceback(tmp_path, args, message):
-    res = subprocess.run([sys.executable, "-m", "neuralgp.cli", *args], capture_output=True, text=True,
-                         cwd=tmp_path)
+def test_errors_are_one_line_without_traceback(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_installed_command_exits_2_with_one_line(tmp_path):
+    """The same through the real entry point (a new process): exit status, stderr, nothing written."""
+    res = subprocess.run([sys.executable, "-m", "neuralgp.cli", "fit", "--dataset", "uci/nonexistent"],
+                         capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2
-    assert message in res.stderr and "Traceback" not in res.stderr
+    assert "uci set 'nonexistent' not found" in res.stderr and "Traceback" not in res.stderr
     assert list(tmp_path.iterdir()) == []
 
 
