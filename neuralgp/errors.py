@@ -113,15 +113,17 @@ def _require_y(y, y_name: str, owner: str):
         raise InputError(f"{owner} requires y to be passed, but the target {y_name} is None")
 
 
-def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y", owner: str = "the model"):
-    """Validated (X, y) for fitting: finite, 2-D X, 1-D y of the same length, at least ``min_rows``, y not constant."""
+def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y", owner: str = "the model",
+              varying: bool = True):
+    """Validated (X, y) for fitting: finite, 2-D X, 1-D y of the same length, at least ``min_rows``, y not constant
+    (unless ``varying`` is False: a validation part may hold one value, e.g. a few rows of count data)."""
     X = check_X(X, name=x_name)
     _require_y(y, y_name, owner)
     y = _target_column(X, _as_float_array(y, y_name), x_name, y_name)
     if len(y) < min_rows:
         raise InputError(f"need at least {min_rows} samples to fit, got {len(y)} sample"
                          + ("s" if len(y) != 1 else ""))
-    if np.ptp(y) == 0:
+    if varying and np.ptp(y) == 0:
         raise InputError(f"{y_name} is constant ({y[0]!r}); a GP needs varying targets")
     return X, y
 

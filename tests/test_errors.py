@@ -43,6 +43,14 @@ def test_validation_set_checks():
         DBKRegressor(**FAST).fit(X, Y, X[:, :2], Y)
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_validation_part_of_one_target_value_is_fine(rows):
+    """Only the training targets must vary (they are standardised); a small validation part of count data may hold
+    one value (uci/challenger's split 6 did), or be one row."""
+    model = DBKRegressor(**FAST).fit(X, Y, X[:rows], np.full(rows, 0.5))
+    assert np.isfinite(model.predict(X, return_std=True)).all()
+
+
 def test_predict_errors():
     with pytest.raises(NotFittedError, match="not fitted yet"):
         DBKRegressor(**FAST).predict(X)

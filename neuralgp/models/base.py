@@ -193,7 +193,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         if (X_val is None) != (y_val is None):
             raise InputError(f"give both {xn} and {yn}, or neither")
         if X_val is not None:
-            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name=xn, y_name=yn, owner=type(self).__name__)
+            X_val, y_val = check_X_y(X_val, y_val, min_rows=1, x_name=xn, y_name=yn, owner=type(self).__name__,
+                                     varying=False)
             if X_val.shape[1] != X.shape[1]:
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
