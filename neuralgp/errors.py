@@ -116,7 +116,8 @@ def _require_y(y, y_name: str, owner: str):
 def check_X_y(X, y, min_rows: int = 2, x_name: str = "X", y_name: str = "y", owner: str = "the model",
               varying: bool = True):
     """Validated (X, y) for fitting: finite, 2-D X, 1-D y of the same length, at least ``min_rows``, y not constant
-    (unless ``varying`` is False: a validation part may hold one value, e.g. a few rows of count data)."""
+    (unless ``varying`` is False: a validation or calibration part may hold one value, e.g. a few rows of
+    count data)."""
     X = check_X(X, name=x_name)
     _require_y(y, y_name, owner)
     y = _target_column(X, _as_float_array(y, y_name), x_name, y_name)

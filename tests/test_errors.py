@@ -49,6 +49,8 @@ def test_a_validation_part_of_one_target_value_is_fine(rows):
     one value (uci/challenger's split 6 did), or be one row."""
     model = DBKRegressor(**FAST).fit(X, Y, X[:rows], np.full(rows, 0.5))
     assert np.isfinite(model.predict(X, return_std=True)).all()
+    model.recalibrate(X[:rows], np.full(rows, 0.5))  # the same for a calibration part
+    assert np.isfinite(model.variance_scale_) and model.variance_scale_ > 0
 
 
 def test_predict_errors():

@@ -368,7 +368,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         mean squared z-score on the calibration set becomes exactly 1. ``variance_scale_`` holds the product of
         all recalibrations so far.
         """
-        X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal", owner=type(self).__name__)
+        X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal", owner=type(self).__name__,
+                                 varying=False)
         alpha = self._z2_moments(X_cal, y_cal)[0]
         if not (np.isfinite(alpha) and alpha > 0):
             raise InputError(f"recalibration factor is {alpha}; the calibration targets equal the predictions")
