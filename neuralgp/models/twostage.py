@@ -30,7 +30,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
-from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
+from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_variance
@@ -55,7 +55,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one
     of them; ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when
     there are more than 400 rows, else none; None or False — scikit-learn's "no
-    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample".
+    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
+    model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
+    kernel search stay on the CPU, in scikit-learn).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -68,11 +70,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "seed": SEED, "verbose": BOOL}
+                   "seed": SEED, "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard", seed=0,
-                 verbose=True):
+                 device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -84,6 +86,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
+        self.device = device
         self.verbose = verbose
 
     def _fit_mean(self, X, y):
@@ -140,7 +143,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.stage_seconds_["search"] = time.perf_counter() - clock
         clock = time.perf_counter()
         if self.variance == "exact":
-            self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed)
+            self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed,
+                                                                   device=self.device)
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
@@ -148,7 +152,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return self
 
     def _variance_estimator(self):
-        scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "verbose": self.verbose}
+        scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "device": self.device,
+                   "verbose": self.verbose}
         if self.variance == "gpnn":
             return GPnnRegressor(n_neighbors=self.n_neighbors, kernel=self.kernel_, max_iter=GPNN_ITERATIONS,
                                  lr=GPNN_LR, validation_fraction=0.0, **scaling)
@@ -187,7 +192,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             mean = {"params": m.get_params(), "X": torch.as_tensor(m.X_fit_), "y": torch.as_tensor(m.y_fit_)}
         if self.variance == "exact":
             gp = self.variance_model_
-            variance = {"X": gp.train_inputs[0], "r": gp.train_targets, "state": gp.state_dict()}
+            variance = {"X": gp.train_inputs[0].cpu(), "r": gp.train_targets.cpu(),
+                        "state": {k: v.cpu() for k, v in gp.state_dict().items()}}
         else:
             variance = self.variance_model_._payload()
         return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_,
@@ -205,7 +211,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.residual_scale_ = state["residual_scale"]
         g = state["variance"]
         if self.variance == "exact":
-            gp = ZeroMeanGP(g["X"], g["r"], gpytorch.likelihoods.GaussianLikelihood().double(), self.kernel_).double()
+            gp = ZeroMeanGP(g["X"].to(self.device), g["r"].to(self.device), gpytorch.likelihoods.GaussianLikelihood(),
+                            self.kernel_).to(device=self.device, dtype=torch.float64)
             gp.load_state_dict(g["state"])
             gp.eval()
             self.variance_model_ = gp

@@ -46,31 +46,38 @@ def _optimise(model, likelihood, steps: int, lr: float) -> list[float]:
     return losses
 
 
+def _synchronise(device) -> None:
+    if torch.device(device).type == "cuda":  # the clock must not stop before the device's queued work has run
+        torch.cuda.synchronize(device)
+
+
 def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int = 0,
-                    subsample_steps: int = SUBSAMPLE_STEPS, full_steps: int = FULL_STEPS):
-    """Fit the zero-mean GP to residuals r. ``warm_start`` = m: ``subsample_steps`` on m random rows, then
-    ``full_steps`` on all; None (or m ≥ n): ``subsample_steps`` on all rows (full training). Returns the model
-    (with all rows as its training data) and a log {"subsample_s", "full_s", "losses"}."""
-    X = torch.as_tensor(np.asarray(X, dtype=np.float64))
-    r = torch.as_tensor(np.asarray(r, dtype=np.float64))
+                    subsample_steps: int = SUBSAMPLE_STEPS, full_steps: int = FULL_STEPS, device="cpu"):
+    """Fit the zero-mean GP to residuals r on ``device``. ``warm_start`` = m: ``subsample_steps`` on m random
+    rows, then ``full_steps`` on all; None (or m ≥ n): ``subsample_steps`` on all rows (full training). Returns
+    the model (with all rows as its training data, on ``device``) and a log {"subsample_s", "full_s", "losses"}."""
+    X = torch.as_tensor(np.asarray(X, dtype=np.float64), device=device)
+    r = torch.as_tensor(np.asarray(r, dtype=np.float64), device=device)
     n = len(r)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+        likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device=device, dtype=torch.float64)
         log = {"subsample_s": 0.0, "full_s": 0.0, "losses": []}
         if warm_start is not None and warm_start < n:
-            rows = torch.as_tensor(np.random.default_rng(seed).choice(n, warm_start, replace=False))
-            model = ZeroMeanGP(X[rows], r[rows], likelihood, kernel).double()
+            rows = torch.as_tensor(np.random.default_rng(seed).choice(n, warm_start, replace=False), device=device)
+            model = ZeroMeanGP(X[rows], r[rows], likelihood, kernel).to(device=device, dtype=torch.float64)
             t = time.perf_counter()
             log["losses"] += _optimise(model, likelihood, subsample_steps, SUBSAMPLE_LR)
+            _synchronise(device)
             log["subsample_s"] = time.perf_counter() - t
             model.set_train_data(X, r, strict=False)
             steps, lr = full_steps, FULL_LR
         else:
-            model = ZeroMeanGP(X, r, likelihood, kernel).double()
+            model = ZeroMeanGP(X, r, likelihood, kernel).to(device=device, dtype=torch.float64)
             steps, lr = subsample_steps, SUBSAMPLE_LR
         t = time.perf_counter()
         log["losses"] += _optimise(model, likelihood, steps, lr)
+        _synchronise(device)
         log["full_s"] = time.perf_counter() - t
     model.eval(), likelihood.eval()
     return model, log
@@ -78,8 +85,8 @@ def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int =
 
 def predictive_variance(model, X) -> tuple[np.ndarray, np.ndarray, float]:
     """(posterior mean of f, variance of f at X, noise σ²); the variance does not depend on the targets' values."""
-    X = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    X = torch.as_tensor(np.asarray(X, dtype=np.float64), device=model.train_inputs[0].device)
     with torch.no_grad(), gpytorch.settings.max_cholesky_size(CHOLESKY_ALWAYS), gpytorch.settings.fast_pred_var(False):
         f = model(X)
-        mean, var_f = f.mean.numpy(), f.variance.clamp_min(0.0).numpy()
+        mean, var_f = f.mean.cpu().numpy(), f.variance.clamp_min(0.0).cpu().numpy()
     return mean, var_f, float(model.likelihood.noise.detach())
