@@ -128,3 +128,22 @@ def test_epoch_ratio_marks_rows_timed_in_another_run_than_the_network():
     assert "| uci/gas | 1.50× | – | 4.00× * | – |" in ratios and "timed in another run" in ratios
     same_run = table2(SUITES["dak-table2"], records[:2]).split("## Time per epoch")[1]
     assert "| uci/gas | 1.50× | – | – | – |" in same_run and "timed in another run" not in same_run
+
+
+def test_a_split_the_model_refuses_is_recorded_as_failed_and_the_job_goes_on(tmp_path):
+    from neuralgp.bench.calibration import CALIBRATION
+    from neuralgp.bench.runner import Suite
+    from neuralgp.models.sklearn_gp import SklearnGPRegressor
+    from neuralgp.registry import factory
+
+    class RefusesSeedZero(SklearnGPRegressor):
+        def fit(self, X, y, *args, **kwargs):
+            if self.seed == 0:
+                raise InputError("y is constant in this split")
+            return super().fit(X, y, *args, **kwargs)
+
+    suite = Suite("refusal", {"GP": factory(RefusesSeedZero)}, ["synthetic/step1d@60"], CALIBRATION, seeds=[0, 1],
+                  groups=[["GP"], []])
+    records = read_records(run_suite(suite, tmp_path, verbose=False) / "results.jsonl")
+    assert [(r["seed"], r["status"]) for r in records] == [(0, "failed"), (1, "ok")]
+    assert "y is constant" in records[0]["reason"]
