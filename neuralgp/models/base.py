@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -151,7 +152,13 @@ class SavedModel:
 
     @classmethod
     def _from_payload(cls, payload: dict):
-        model = cls(**payload["params"])
+        params = dict(payload["params"])
+        device = params.get("device")
+        if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            warnings.warn(f"this model was saved with device={device!r}, which this machine does not have: "
+                          f"loading it onto the CPU (set model.device to move it later)", stacklevel=3)
+            params["device"] = "cpu"
+        model = cls(**params)
         model.n_features_in_ = int(payload["n_features_in"])
         model.x_scaler_ = Scaler.from_state(payload["x_scaler"])
         model._load_extras(payload)

@@ -121,3 +121,16 @@ def test_krrnn_residuals_are_leave_one_out_when_cross_fitted():
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
         ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
+
+
+def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_path):
+    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X[:60], Y[:60])
+    expected = model.predict(X[:10], return_std=True)
+    model.device = "cuda"  # what a model fitted on a GPU saves (its tensors are written from the CPU)
+    path = model.save(tmp_path / "gpu.pt")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the saved device is available")
+    with pytest.warns(UserWarning, match="loading it onto the CPU"):
+        loaded = ng.load(path)
+    assert loaded.device == "cpu"
+    assert np.allclose(loaded.predict(X[:10], return_std=True), expected)
