@@ -156,7 +156,7 @@ class SavedModel:
         device = params.get("device")
         if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
             warnings.warn(f"this model was saved with device={device!r}, which this machine does not have: "
-                          f"loading it onto the CPU (set model.device to move it later)", stacklevel=3)
+                          "loading it onto the CPU", stacklevel=3)
             params["device"] = "cpu"
         model = cls(**params)
         model.n_features_in_ = int(payload["n_features_in"])
