@@ -214,9 +214,8 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
             record.update(metrics, status="time-capped" if metrics["out_of_time"] else "ok")
         except ResourceLimitError as exc:
             record.update(status="skipped: memory", reason=str(exc))
-        except InputError as exc:  # this split is data the model refuses (one target value, say): the others go on
-            record.update(status="failed", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
-        except (FloatingPointError, RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+        except (InputError, FloatingPointError, RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+            # InputError: this split is data the model refuses (one target value, say); the other splits go on
             record.update(status="failed", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
         record.update(wall_seconds=time.perf_counter() - started, peak_memory_mb=_peak_memory_mb())
         with open(results, "a") as fh:
