@@ -42,7 +42,8 @@ def split_of(dataset: str, seed: int) -> str:
 OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
         "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp"),
         "DAK": factory("dak"), "DAK (plain fit)": factory("dak"), "Two-stage": factory("twostage"),
-        "Two-stage (RBF variance)": factory("twostage", kernel="rbf"), "DKM": factory("dkm"),
+        "Two-stage (RBF variance)": factory("twostage", kernel="rbf"), "Two-stage NN": factory("twostage-nn"),
+        "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm")}
 BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
              "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
@@ -50,7 +51,7 @@ BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "Two-stage", "Two-stage (RBF variance)", "DKM (plain fit)",
+                                      "Two-stage", "Two-stage (RBF variance)", "Two-stage NN", "DKM (plain fit)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
