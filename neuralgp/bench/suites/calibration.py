@@ -55,7 +55,7 @@ SUITES = [
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
-          note="Seeds are split indices. Rows '(plain fit)' and the scikit-learn GP are fitted on the training and "
-               "validation parts together; the others use the validation part (early stopping, recalibration). "
-               "Every model at its library defaults."),
+          note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
+               "on the training and validation parts together; the others use the validation part (early stopping, "
+               "recalibration). Every model at its library defaults."),
 ]
