@@ -89,15 +89,18 @@ def anderson_fit(obj, _solver="newton", max_iter=10, lam=5.0, beta=1.0, _learn_h
     def pack(t, grams):
         return torch.cat([W.reshape(-1) for W in solver.whiten(obj, t, grams)] + [t])
     states, residuals = [], []
+    with torch.no_grad():
+        x = pack(theta, Gs)  # the state the next sweep starts from
     for _ in range(int(max_iter)):
         with torch.no_grad():
-            x = pack(theta, Gs)
             for layer in range(L, 0, -1):
                 solver.update_layer(obj, theta, Gs, layer, lam, beta, "newton")
         theta, Gs = solver.hyper_step(obj, theta, Gs)
         with torch.no_grad():
             g = pack(theta, Gs)
+            value = float(obj.value(theta, Gs))
             states, residuals = (states + [g])[-ANDERSON_MEMORY - 1:], (residuals + [g - x])[-ANDERSON_MEMORY - 1:]
+            x = g
             if len(states) > 1:
                 dF = torch.stack([b - a for a, b in zip(residuals, residuals[1:])], 1)
                 dX = torch.stack([b - a for a, b in zip(states, states[1:])], 1)
@@ -108,11 +111,12 @@ def anderson_fit(obj, _solver="newton", max_iter=10, lam=5.0, beta=1.0, _learn_h
                 try:
                     if all(solver._is_pd(W.numpy()) for W in Ws):
                         grams = solver.colour(obj, t, Ws)
-                        if float(obj.value(t, grams)) > float(obj.value(theta, Gs)):
-                            theta, Gs = t, grams
+                        mixed_value = float(obj.value(t, grams))
+                        if mixed_value > value:  # the mixed state (Ws, t) is the next sweep's start
+                            theta, Gs, value, x = t, grams, mixed_value, mixed
                 except torch.linalg.LinAlgError:
                     pass  # a mixed θ with a singular kernel matrix: keep the plain iterate
-            log.add(float(obj.value(theta, Gs)), 0.0, 0.0)
+            log.add(value, 0.0, 0.0)
     return theta, Gs, log
 
 
