@@ -53,8 +53,9 @@ ESTIMATORS = {
     "twostage": Entry("two-stage GP: kernel-ridge mean, exact GP variance on cross-fitted residuals, kernel search, "
                       "subsample warm start", TwoStageGPRegressor),
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "
-                         "leave-one-out residuals, kernel search", TwoStageGPRegressor,
-                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None}),
+                         "leave-one-out residuals, kernel search, variances recalibrated by leave-one-out z²",
+                         TwoStageGPRegressor,
+                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None, "recalibrate": True}),
     "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
                      NetworkRegressor, NetworkClassifier),
     "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",

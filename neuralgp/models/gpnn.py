@@ -102,13 +102,16 @@ class GPnnRegressor(NeuralGPRegressor):
         self.train_X_, self.train_y_ = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
         self.neighbors_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, len(y))).fit(self.train_X_)
 
-    def _predict_scaled(self, X):
-        k = min(self.n_neighbors, len(self.train_y_))
+    def _predict_scaled(self, X, exclude_self: bool = False):
+        """(mean, var_f, var_y) at scaled X; ``exclude_self`` leaves each query's nearest training row (the row
+        itself, when X are training rows) out of its neighbourhood: leave-one-out predictions."""
+        k = min(self.n_neighbors, len(self.train_y_) - int(exclude_self))
         means, var_fs = [], []
         noise = self.likelihood_.noise.detach().squeeze()
         for start in range(0, len(X), NEIGHBOUR_ROWS):
             Xq = X[start:start + NEIGHBOUR_ROWS]
-            idx = self.neighbors_.kneighbors(Xq, n_neighbors=k, return_distance=False)
+            idx = self.neighbors_.kneighbors(Xq, n_neighbors=k + int(exclude_self), return_distance=False)
+            idx = idx[:, 1:] if exclude_self else idx
             Xn = torch.as_tensor(self.train_X_[idx], device=self.device)  # (m, k, d)
             yn = torch.as_tensor(self.train_y_[idx], device=self.device)
             xq = torch.as_tensor(Xq, device=self.device).unsqueeze(1)     # (m, 1, d)

@@ -27,13 +27,13 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.models.base import NeuralGPRegressor, recalibration_scale
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor
-from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, predictive_variance
+from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
 MEAN_MODELS = ("krr", "krrnn")
 VARIANCE_MODELS = ("exact", "gpnn", "svgp")
@@ -57,7 +57,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     there are more than 400 rows, else none; None or False — scikit-learn's "no
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
-    kernel search stay on the CPU, in scikit-learn).
+    kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
+    rows' leave-one-out z-scores (``_leave_one_out_z2``; not with in-sample residuals or the SVGP variance model).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -70,11 +71,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "seed": SEED, "device": DEVICE, "verbose": BOOL}
+                   "recalibrate": BOOL, "seed": SEED, "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
-                 n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard", seed=0,
-                 device="cpu", verbose=True):
+                 n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
+                 recalibrate=False, seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -85,6 +86,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.max_memory_gb = max_memory_gb
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
+        self.recalibrate = recalibrate
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -123,6 +125,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > "
                                      f"max_memory_gb = {self.max_memory_gb}; use the scalable pipeline "
                                      f"(mean='krrnn', variance='gpnn': registry name twostage-nn)")
+        if self.recalibrate and (self.variance == "svgp" or self.residuals == "in_sample"):
+            raise ValueError("recalibrate=True needs leave-one-out errors: residuals='cross_fit' and variance "
+                             f"'exact' or 'gpnn' (got residuals={self.residuals!r}, variance={self.variance!r})")
         if self.mean is None and self.variance != "exact":
             raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
         clock = time.perf_counter()
@@ -148,8 +153,25 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
+        if self.recalibrate:
+            z2 = self._leave_one_out_z2(X, resid)
+            self.variance_scale_ = recalibration_scale(float(z2.mean()), float((z2 ** 2).mean()), len(z2))
+            self.recalibrated_by_ = "leave_one_out"
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
+
+    def _leave_one_out_z2(self, X, resid) -> np.ndarray:
+        """z² of each training row's error under the prediction made without it: the cross-fitted residual (the
+        error of a mean model that did not see the row; with mean=None, the GP's own leave-one-out error) over
+        the variance model's leave-one-out variance of y (closed form for the exact GP, the row left out of its
+        neighbourhood for GPnn). The predictive for a new point pairs the same two: an error the model never
+        saw, a variance from the other rows."""
+        if self.variance == "exact":
+            loo_mean, loo_var = leave_one_out(self.variance_model_)
+        else:
+            loo_mean, _, loo_var = self.variance_model_._predict_scaled(X, exclude_self=True)
+        err = resid - loo_mean if self.mean is None else resid
+        return err ** 2 / np.maximum(loo_var, np.finfo(np.float64).tiny)
 
     def _variance_estimator(self):
         scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "device": self.device,

@@ -90,3 +90,17 @@ def predictive_variance(model, X) -> tuple[np.ndarray, np.ndarray, float]:
         f = model(X)
         mean, var_f = f.mean.cpu().numpy(), f.variance.clamp_min(0.0).cpu().numpy()
     return mean, var_f, float(model.likelihood.noise.detach())
+
+
+def leave_one_out(model) -> tuple[np.ndarray, np.ndarray]:
+    """Each training row's leave-one-out predictive mean and variance of y under the fitted GP, in closed form from
+    one Cholesky factor (Rasmussen & Williams 2006, eq. 5.12): μ₋ᵢ = rᵢ − [K⁻¹r]ᵢ / [K⁻¹]ᵢᵢ, σ²₋ᵢ = 1 / [K⁻¹]ᵢᵢ
+    with K = K_f + σ²I."""
+    X, r = model.train_inputs[0], model.train_targets
+    with torch.no_grad():
+        K = model.covar_module(X).to_dense()
+        K = K + model.likelihood.noise.detach() * torch.eye(len(r), dtype=K.dtype, device=K.device)
+        K_inv = torch.cholesky_inverse(torch.linalg.cholesky(K))
+        d = torch.diagonal(K_inv)
+        mean, var = r - (K_inv @ r) / d, 1.0 / d
+    return mean.cpu().numpy(), var.cpu().numpy()

@@ -9,7 +9,7 @@ from sklearn.dummy import DummyRegressor
 
 import neuralgp as ng
 from neuralgp.errors import ParameterError
-from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, predictive_variance
+from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, leave_one_out, predictive_variance
 
 rng = np.random.default_rng(0)
 X = rng.uniform(-3, 3, (120, 2))
@@ -112,6 +112,52 @@ def test_krrnn_residuals_are_leave_one_out_when_cross_fitted():
     expected = ys - loo.mean_model_.predict(Xs, exclude_self=True)
     assert np.allclose(loo.variance_model_.train_y_ * loo.residual_scale_, expected)
     assert np.mean(expected ** 2) > np.mean((ys - loo.mean_model_.predict(Xs)) ** 2)
+
+
+def test_closed_form_leave_one_out_equals_the_gp_conditioned_on_the_other_rows():
+    model, _ = fit_variance_gp(X, Y - Y.mean(), "matern32", warm_start=None, subsample_steps=20)
+    loo_mean, loo_var = leave_one_out(model)
+    Xt, r = model.train_inputs[0], model.train_targets
+    for i in (0, 17, 119):
+        keep = torch.arange(len(r)) != i
+        model.set_train_data(Xt[keep], r[keep], strict=False)  # same θ, row i left out
+        mean, var_f, noise = predictive_variance(model, Xt[i:i + 1].numpy())
+        assert loo_mean[i] == pytest.approx(mean[0], rel=1e-8) and loo_var[i] == pytest.approx(var_f[0] + noise)
+        model.set_train_data(Xt, r, strict=False)
+
+
+def test_gpnn_leaving_self_out_equals_an_index_without_the_row():
+    gpnn = ng.GPnnRegressor(n_neighbors=10, max_iter=5, validation_fraction=0.0, verbose=False).fit(X, Y)
+    Xs, ys = gpnn.train_X_.copy(), gpnn.train_y_.copy()
+    loo = gpnn._predict_scaled(Xs[:5], exclude_self=True)
+    for i in range(5):
+        keep = np.arange(len(ys)) != i
+        gpnn._index(Xs[keep], ys[keep])
+        assert np.allclose([p[0] for p in gpnn._predict_scaled(Xs[i:i + 1])], [p[i] for p in loo])
+    gpnn._index(Xs, ys)
+
+
+@pytest.mark.parametrize("pipeline", [{}, {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 20}, {"mean": None}])
+def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tmp_path):
+    """α from the training rows' leave-one-out z² (mean plus half its standard error), applied to every variance."""
+    plain = ng.TwoStageGPRegressor(kernel="rbf", verbose=False, **pipeline).fit(X, Y)
+    model = ng.TwoStageGPRegressor(kernel="rbf", recalibrate=True, verbose=False, **pipeline).fit(X, Y)
+    z2 = model._leave_one_out_z2(model.x_scaler_.transform(X), model.variance_model_.train_targets.numpy()
+                                 if model.variance == "exact" else model.variance_model_.train_y_)
+    alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
+    assert model.variance_scale_ == pytest.approx(alpha) and model.recalibrated_by_ == "leave_one_out"
+    assert np.allclose(model.predict_dist(X[:10])["var_y"], alpha * plain.predict_dist(X[:10])["var_y"])
+    assert np.allclose(model.predict(X[:10]), plain.predict(X[:10]))
+    loaded = ng.load(model.save(tmp_path / "rc.pt"))
+    assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
+
+
+@pytest.mark.parametrize("params", [{"variance": "svgp", "mean": "krrnn"}, {"residuals": "in_sample"}])
+def test_recalibration_without_leave_one_out_errors_is_refused(params):
+    model = ng.TwoStageGPRegressor(recalibrate=True, kernel="rbf", verbose=False, **params)
+    with pytest.raises(ValueError, match="recalibrate=True needs leave-one-out errors"):
+        model.fit(X, Y)
+    assert not hasattr(model, "variance_scale_") and not hasattr(model, "mean_model_")
 
 
 @pytest.mark.parametrize("params,error,match", [
