@@ -58,7 +58,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
-    rows' leave-one-out z-scores (``_leave_one_out_z2``; not with in-sample residuals or the SVGP variance model).
+    rows' leave-one-out z-scores (``_leave_one_out_z2``; the paper has no such step: False gives its algorithms).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -75,7 +75,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 recalibrate=False, seed=0, device="cpu", verbose=True):
+                 recalibrate=True, seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -97,12 +97,12 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, self.n_neighbors).fit(X, y)
         return (KernelRidgeCV(seed=self.seed) if self.mean == "krr" else clone(self.mean)).fit(X, y)
 
-    def _residuals(self, X, y) -> np.ndarray:
+    def _residuals(self, X, y, cross_fit: bool) -> np.ndarray:
         """The mean model's residuals: in-sample, or cross-fitted — exact leave-one-out for KRR and KRRNN (each
         row's residual from the same hyper-parameters without it), K-fold refits for another regressor."""
         if self.mean == "krrnn":
-            return y - self.mean_model_.predict(X, exclude_self=self.residuals == "cross_fit")
-        if self.residuals == "in_sample":
+            return y - self.mean_model_.predict(X, exclude_self=cross_fit)
+        if not cross_fit:
             return y - self.mean_model_.predict(X)
         if self.mean == "krr":
             return self.mean_model_.loo_residuals()
@@ -112,7 +112,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         return out
 
     def _fit_scaled(self, X, y, X_val, y_val):
-        if X_val is not None:  # nothing here stops early or recalibrates: the validation part is training data
+        if X_val is not None:  # nothing here stops early, α is leave-one-out: the validation part is training data
             X, y = np.vstack([X, X_val]), np.concatenate([y, y_val])
         warm_start = self.warm_start or None  # False (scikit-learn's convention) means none
         if warm_start == "auto":
@@ -125,14 +125,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > "
                                      f"max_memory_gb = {self.max_memory_gb}; use the scalable pipeline "
                                      f"(mean='krrnn', variance='gpnn': registry name twostage-nn)")
-        if self.recalibrate and (self.variance == "svgp" or self.residuals == "in_sample"):
-            raise ValueError("recalibrate=True needs leave-one-out errors: residuals='cross_fit' and variance "
-                             f"'exact' or 'gpnn' (got residuals={self.residuals!r}, variance={self.variance!r})")
         if self.mean is None and self.variance != "exact":
             raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
         clock = time.perf_counter()
         self.mean_model_ = None if self.mean is None else self._fit_mean(X, y)
-        resid = y if self.mean is None else self._residuals(X, y)
+        resid = y if self.mean is None else self._residuals(X, y, self.residuals == "cross_fit")
         # the variance model sees residuals of unit mean square: its hyper-parameters start (GPyTorch's 0.693) and
         # move (100 steps at lr 0.1) on the scale they were made for — unscaled, the noise of a nearly exact mean
         # cannot get below ~0.006 in 100 steps however small the residuals are
@@ -153,8 +150,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
-        if self.recalibrate:
-            z2 = self._leave_one_out_z2(X, resid)
+        if self.recalibrate:  # on errors the mean model did not see, whatever the variance model was fitted to
+            honest = resid if self.mean is None or self.residuals == "cross_fit" else \
+                self._residuals(X, y, cross_fit=True) / self.residual_scale_
+            z2 = self._leave_one_out_z2(X, honest)
             self.variance_scale_ = recalibration_scale(float(z2.mean()), float((z2 ** 2).mean()), len(z2))
             self.recalibrated_by_ = "leave_one_out"
         self.stage_seconds_["variance"] = time.perf_counter() - clock
@@ -164,12 +163,15 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         """z² of each training row's error under the prediction made without it: the cross-fitted residual (the
         error of a mean model that did not see the row; with mean=None, the GP's own leave-one-out error) over
         the variance model's leave-one-out variance of y (closed form for the exact GP, the row left out of its
-        neighbourhood for GPnn). The predictive for a new point pairs the same two: an error the model never
-        saw, a variance from the other rows."""
+        neighbourhood for GPnn; SVGP's own variance, which reaches the rows only through its inducing points).
+        The predictive for a new point pairs the same two: an error the model never saw, a variance from the
+        other rows."""
         if self.variance == "exact":
             loo_mean, loo_var = leave_one_out(self.variance_model_)
-        else:
+        elif self.variance == "gpnn":
             loo_mean, _, loo_var = self.variance_model_._predict_scaled(X, exclude_self=True)
+        else:
+            loo_mean, _, loo_var = self.variance_model_._predict_scaled(X)
         err = resid - loo_mean if self.mean is None else resid
         return err ** 2 / np.maximum(loo_var, np.finfo(np.float64).tiny)
 

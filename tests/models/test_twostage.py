@@ -36,7 +36,7 @@ def test_warm_start_from_the_optimum_stays_at_its_likelihood():
 
 def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
     zero = DummyRegressor(strategy="constant", constant=0.0)
-    two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample",
+    two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample", recalibrate=False,
                                  verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     _, var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
@@ -68,7 +68,8 @@ def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
 def test_the_variance_model_sees_residuals_of_unit_mean_square():
     """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
     0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
-    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X, 2 * X[:, 0] + 0.01 * Y)
+    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, recalibrate=False, verbose=False)
+    model.fit(X, 2 * X[:, 0] + 0.01 * Y)
     r = model.variance_model_.train_targets.numpy()
     assert np.mean(r ** 2) == pytest.approx(1.0) and model.residual_scale_ < 0.05
     _, var_f, noise = predictive_variance(model.variance_model_, model.x_scaler_.transform(X[:10]))
@@ -77,7 +78,7 @@ def test_the_variance_model_sees_residuals_of_unit_mean_square():
 
 
 def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
-    one = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, verbose=False).fit(X, Y)
+    one = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, recalibrate=False, verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(one.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     mean, var_f, noise = predictive_variance(plain, one.x_scaler_.transform(X[:15]))
     dist = one.predict_dist(X[:15])
@@ -140,8 +141,8 @@ def test_gpnn_leaving_self_out_equals_an_index_without_the_row():
 @pytest.mark.parametrize("pipeline", [{}, {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 20}, {"mean": None}])
 def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tmp_path):
     """α from the training rows' leave-one-out z² (mean plus half its standard error), applied to every variance."""
-    plain = ng.TwoStageGPRegressor(kernel="rbf", verbose=False, **pipeline).fit(X, Y)
-    model = ng.TwoStageGPRegressor(kernel="rbf", recalibrate=True, verbose=False, **pipeline).fit(X, Y)
+    plain = ng.TwoStageGPRegressor(kernel="rbf", recalibrate=False, verbose=False, **pipeline).fit(X, Y)
+    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False, **pipeline).fit(X, Y)
     z2 = model._leave_one_out_z2(model.x_scaler_.transform(X), model.variance_model_.train_targets.numpy()
                                  if model.variance == "exact" else model.variance_model_.train_y_)
     alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
@@ -152,12 +153,14 @@ def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tm
     assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
 
 
-@pytest.mark.parametrize("params", [{"variance": "svgp", "mean": "krrnn"}, {"residuals": "in_sample"}])
-def test_recalibration_without_leave_one_out_errors_is_refused(params):
-    model = ng.TwoStageGPRegressor(recalibrate=True, kernel="rbf", verbose=False, **params)
-    with pytest.raises(ValueError, match="recalibrate=True needs leave-one-out errors"):
-        model.fit(X, Y)
-    assert not hasattr(model, "variance_scale_") and not hasattr(model, "mean_model_")
+def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
+    """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
+    model = ng.TwoStageGPRegressor(kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
+    loo = model.mean_model_.loo_residuals() / model.residual_scale_
+    z2 = model._leave_one_out_z2(model.x_scaler_.transform(X), loo)
+    assert model.variance_scale_ == pytest.approx(np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1)))
+    in_sample = model._leave_one_out_z2(model.x_scaler_.transform(X), model.variance_model_.train_targets.numpy())
+    assert model.variance_scale_ > np.mean(in_sample)  # the in-sample residuals would have understated α
 
 
 @pytest.mark.parametrize("params,error,match", [
