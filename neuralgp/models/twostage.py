@@ -154,8 +154,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
             z2 = self._leave_one_out_z2(X, honest)
-            self.variance_scale_ = recalibration_scale(float(z2.mean()), float((z2 ** 2).mean()), len(z2))
-            self.recalibrated_by_ = "leave_one_out"
+            alpha = recalibration_scale(float(z2.mean()), float((z2 ** 2).mean()), len(z2))
+            if np.isfinite(alpha) and alpha > 0:  # 0 only when the mean model reproduces every row it left out
+                self.variance_scale_, self.recalibrated_by_ = alpha, "leave_one_out"
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 

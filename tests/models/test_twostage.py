@@ -153,6 +153,14 @@ def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tm
     assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
 
 
+def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
+    """z² all zero (a mean model that reproduces every row it left out) would give α = 0, zero variances: the
+    scale is then left out."""
+    monkeypatch.setattr(ng.TwoStageGPRegressor, "_leave_one_out_z2", lambda self, X, r: np.zeros(len(r)))
+    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X, Y)
+    assert not hasattr(model, "variance_scale_") and np.all(model.predict(X[:5], return_std=True)[1] > 0)
+
+
 def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
     model = ng.TwoStageGPRegressor(kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
