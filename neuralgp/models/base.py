@@ -63,6 +63,11 @@ def recalibration_scale(mean_z2: float, mean_z4: float, n: int,
     return mean_z2 + standard_errors * math.sqrt(max(mean_z4 - mean_z2 ** 2, 0.0) / (n - 1))
 
 
+def z2_moments(z2: np.ndarray) -> tuple[float, float, int]:
+    """(mean z², mean z⁴, rows) of squared z-scores: what ``recalibration_scale`` takes."""
+    return float(z2.mean()), float((z2 ** 2).mean()), len(z2)
+
+
 def selection_optimism(points, best: int | None = None) -> float:
     """Factor γ on the variance scale α of the check that early stopping picked on a validation part.
 
@@ -223,10 +228,16 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             rule, moments = "cross_fit", self._cross_fit_moments(X, y, X_val, y_val)
         if moments is None and n_val >= MIN_RECALIBRATION_POINTS:
             rule, moments, gamma = "validation", self._z2_moments(X_val, y_val), self._selection_optimism()
-        alpha = np.nan if moments is None else recalibration_scale(*moments) * gamma
-        if np.isfinite(alpha) and alpha > 0:  # 0 only when the held-out targets equal the predictions
-            self.variance_scale_, self.selection_optimism_, self.recalibrated_by_ = alpha, gamma, rule
+        self._apply_recalibration(moments, rule, gamma)
         return self
+
+    def _apply_recalibration(self, moments, rule: str, gamma: float = 1.0) -> None:
+        """Scale the variances by α = ``recalibration_scale(*moments)`` · γ (``moments``: (mean z², mean z⁴, rows),
+        or None for none), kept as ``variance_scale_`` with ``selection_optimism_`` = γ and ``recalibrated_by_`` =
+        ``rule``; an α that is not finite, or 0 (the held-out targets equal the predictions), is not applied."""
+        alpha = np.nan if moments is None else recalibration_scale(*moments) * gamma
+        if np.isfinite(alpha) and alpha > 0:
+            self.variance_scale_, self.selection_optimism_, self.recalibrated_by_ = alpha, gamma, rule
 
     def _fixed_budget_clone(self):
         """An unfitted copy that trains on all the rows it is given, without validation or recalibration, for as
@@ -256,7 +267,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             except (FloatingPointError, torch.linalg.LinAlgError):
                 return None
             z2[held] = ((rows_y[held] - mean) / std) ** 2
-        return float(z2.mean()), float((z2 ** 2).mean()), len(z2)
+        return z2_moments(z2)
 
     def _selection_optimism(self) -> float:
         """γ of ``selection_optimism`` when the training loop kept every check's validation points (early stopping

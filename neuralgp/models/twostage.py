@@ -27,7 +27,7 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor, recalibration_scale
+from neuralgp.models.base import NeuralGPRegressor, z2_moments
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
@@ -153,10 +153,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if self.recalibrate:  # on errors the mean model did not see, whatever the variance model was fitted to
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
-            z2 = self._leave_one_out_z2(X, honest)
-            alpha = recalibration_scale(float(z2.mean()), float((z2 ** 2).mean()), len(z2))
-            if np.isfinite(alpha) and alpha > 0:  # 0 only when the mean model reproduces every row it left out
-                self.variance_scale_, self.recalibrated_by_ = alpha, "leave_one_out"
+            self._apply_recalibration(z2_moments(self._leave_one_out_z2(X, honest)), "leave_one_out")
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 
