@@ -32,7 +32,8 @@ from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
-from neuralgp.twostage.ridge import KERNEL_NAMES, KernelRidgeCV, KRRNNRegressor
+from neuralgp.twostage.noise import NoiseShape
+from neuralgp.twostage.ridge import KERNEL_NAMES, fit_kernel_ridge, ridge_from_state, ridge_state
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
 MEAN_MODELS = ("krr", "krrnn")
@@ -58,11 +59,14 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
-    rows' leave-one-out z-scores (``_leave_one_out_z2``; the paper has no such step: False gives its algorithms).
+    rows' leave-one-out z-scores (``_leave_one_out``; the paper has no such step: False gives its algorithms);
+    ``noise`` = "homoscedastic" (the paper's one σ²) or "heteroscedastic" (σ² s(x), s from kernel ridge on the
+    log squared cross-fitted residuals, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance
+    model other than the exact GP).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
-    ``residual_scale_``, their root mean square), ``fit_log_``, ``stage_seconds_`` (wall-clock of the
+    ``residual_scale_``, their root mean square), ``noise_shape_`` (the NoiseShape, or None), ``fit_log_``, ``stage_seconds_`` (wall-clock of the
     mean model, the kernel search and the variance model).
     """
 
@@ -71,11 +75,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "recalibrate": BOOL, "seed": SEED, "device": DEVICE, "verbose": BOOL}
+                   "recalibrate": BOOL, "noise": one_of("homoscedastic", "heteroscedastic"), "seed": SEED, "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 recalibrate=True, seed=0, device="cpu", verbose=True):
+                 recalibrate=True, noise="homoscedastic", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -87,15 +91,15 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.recalibrate = recalibrate
+        self.noise = noise
         self.seed = seed
         self.device = device
         self.verbose = verbose
 
     def _fit_mean(self, X, y):
-        if self.mean == "krrnn":  # hyper-parameters by CV on a subsample, then the neighbourhood index
-            cv = KernelRidgeCV(refit=False, seed=self.seed).fit(X, y)
-            return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, self.n_neighbors).fit(X, y)
-        return (KernelRidgeCV(seed=self.seed) if self.mean == "krr" else clone(self.mean)).fit(X, y)
+        if isinstance(self.mean, str):
+            return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed)
+        return clone(self.mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool) -> np.ndarray:
         """The mean model's residuals: in-sample, or cross-fitted — exact leave-one-out for KRR and KRRNN (each
@@ -150,28 +154,38 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
-        if self.recalibrate:  # on errors the mean model did not see, whatever the variance model was fitted to
+        self.noise_shape_ = None
+        if self.recalibrate or self.noise == "heteroscedastic":  # errors the mean model did not see
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
-            self._apply_recalibration(z2_moments(self._leave_one_out_z2(X, honest)), "leave_one_out")
+            err, var_f, noise = self._leave_one_out(X, honest)
+            if self.noise == "heteroscedastic":
+                self.noise_shape_ = NoiseShape(None if self.variance == "exact" else self.n_neighbors,
+                                               self.seed).fit(X, err)
+                noise = noise * self.noise_shape_.leave_one_out()
+            if self.recalibrate:
+                z2 = err ** 2 / np.maximum(var_f + noise, np.finfo(np.float64).tiny)
+                self._apply_recalibration(z2_moments(z2), "leave_one_out")
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 
-    def _leave_one_out_z2(self, X, resid) -> np.ndarray:
-        """z² of each training row's error under the prediction made without it: the cross-fitted residual (the
-        error of a mean model that did not see the row; with mean=None, the GP's own leave-one-out error) over
-        the variance model's leave-one-out variance of y (closed form for the exact GP, the row left out of its
-        neighbourhood for GPnn; SVGP's own variance, which reaches the rows only through its inducing points).
-        The predictive for a new point pairs the same two: an error the model never saw, a variance from the
-        other rows."""
+    def _leave_one_out(self, X, resid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(error, variance of f, noise variance) of each training row under the prediction made without it: the
+        cross-fitted residual (the error of a mean model that did not see the row; with mean=None, the GP's own
+        leave-one-out error) and the variance model's leave-one-out variance split into f and noise (closed form
+        for the exact GP, the row left out of its neighbourhood for GPnn; SVGP's own variance, which reaches the
+        rows only through its inducing points). The predictive for a new point pairs the same two: an error the
+        model never saw, a variance from the other rows."""
         if self.variance == "exact":
             loo_mean, loo_var = leave_one_out(self.variance_model_)
-        elif self.variance == "gpnn":
-            loo_mean, _, loo_var = self.variance_model_._predict_scaled(X, exclude_self=True)
+            noise = np.full_like(loo_var, float(self.variance_model_.likelihood.noise.detach()))
+            var_f = np.maximum(loo_var - noise, 0.0)
         else:
-            loo_mean, _, loo_var = self.variance_model_._predict_scaled(X)
+            loo_mean, var_f, loo_var = self.variance_model_._predict_scaled(X, exclude_self=True) \
+                if self.variance == "gpnn" else self.variance_model_._predict_scaled(X)
+            noise = loo_var - var_f
         err = resid - loo_mean if self.mean is None else resid
-        return err ** 2 / np.maximum(loo_var, np.finfo(np.float64).tiny)
+        return err, var_f, noise
 
     def _variance_estimator(self):
         scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "device": self.device,
@@ -186,13 +200,17 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if self.variance == "exact":
             gp_mean, var_f, noise = predictive_variance(self.variance_model_, X)
             mean = gp_mean * s if self.mean is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
-            return mean, var_f * s2, (var_f + noise) * s2
-        mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
-        dist = self.variance_model_.predict_dist(X)
-        return mean, dist["var_f"] * s2, dist["var_y"] * s2
+        else:
+            mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
+            dist = self.variance_model_.predict_dist(X)
+            var_f, noise = dist["var_f"], dist["var_y"] - dist["var_f"]
+        if getattr(self, "noise_shape_", None) is not None:
+            noise = noise * self.noise_shape_(X)
+        return mean, var_f * s2, (var_f + noise) * s2
 
     @property
     def noise_variance_(self) -> float:
+        """σ² in the units of y² (with heteroscedastic noise: its mean over the training rows)."""
         self._check_fitted()
         if self.variance == "exact":
             noise = float(self.variance_model_.likelihood.noise.detach())
@@ -204,33 +222,23 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if not (self.mean is None or isinstance(self.mean, str)):
             raise NotImplementedError("save() keeps a KRR or KRRNN mean only; a model with a scikit-learn mean "
                                       "regressor cannot be saved this way (pickle it yourself)")
-        m = self.mean_model_
-        if self.mean is None:
-            mean = None
-        elif self.mean == "krr":
-            mean = {"kernel": m.kernel_, "length_scale": m.length_scale_, "alpha": m.alpha_,
-                    "X": torch.as_tensor(m.X_fit_), "dual_coef": torch.as_tensor(m.dual_coef_)}
-        else:
-            mean = {"params": m.get_params(), "X": torch.as_tensor(m.X_fit_), "y": torch.as_tensor(m.y_fit_)}
+        mean = None if self.mean is None else ridge_state(self.mean_model_)
         if self.variance == "exact":
             gp = self.variance_model_
             variance = {"X": gp.train_inputs[0].cpu(), "r": gp.train_targets.cpu(),
                         "state": {k: v.cpu() for k, v in gp.state_dict().items()}}
         else:
             variance = self.variance_model_._payload()
+        shape = None if self.noise_shape_ is None else self.noise_shape_.state()
         return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_,
-                "residual_scale": self.residual_scale_}
+                "residual_scale": self.residual_scale_, "noise_shape": shape}
 
     def _restore(self, state: dict):
-        k, m = state["mean"], None
-        if self.mean == "krr":
-            m = KernelRidgeCV(seed=self.seed)
-            m.kernel_, m.length_scale_, m.alpha_ = k["kernel"], k["length_scale"], k["alpha"]
-            m.X_fit_, m.dual_coef_ = k["X"].numpy(), k["dual_coef"].numpy()
-        elif self.mean == "krrnn":
-            m = KRRNNRegressor(**k["params"]).fit(k["X"].numpy(), k["y"].numpy())
-        self.mean_model_, self.kernel_, self.kernel_scores_ = m, state["kernel"], state["kernel_scores"]
+        self.mean_model_ = None if state["mean"] is None else ridge_from_state(state["mean"])
+        self.kernel_, self.kernel_scores_ = state["kernel"], state["kernel_scores"]
         self.residual_scale_ = state["residual_scale"]
+        shape = state.get("noise_shape")  # files from before the option have none
+        self.noise_shape_ = None if shape is None else NoiseShape.from_state(shape)
         g = state["variance"]
         if self.variance == "exact":
             gp = ZeroMeanGP(g["X"].to(self.device), g["r"].to(self.device), gpytorch.likelihoods.GaussianLikelihood(),

@@ -138,13 +138,18 @@ def test_gpnn_leaving_self_out_equals_an_index_without_the_row():
     gpnn._index(Xs, ys)
 
 
+def _loo_z2(model, resid):
+    err, var_f, noise = model._leave_one_out(model.x_scaler_.transform(X), resid)
+    return err ** 2 / (var_f + noise)
+
+
 @pytest.mark.parametrize("pipeline", [{}, {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 20}, {"mean": None}])
 def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tmp_path):
     """α from the training rows' leave-one-out z² (mean plus half its standard error), applied to every variance."""
     plain = ng.TwoStageGPRegressor(kernel="rbf", recalibrate=False, verbose=False, **pipeline).fit(X, Y)
     model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False, **pipeline).fit(X, Y)
-    z2 = model._leave_one_out_z2(model.x_scaler_.transform(X), model.variance_model_.train_targets.numpy()
-                                 if model.variance == "exact" else model.variance_model_.train_y_)
+    z2 = _loo_z2(model, model.variance_model_.train_targets.numpy() if model.variance == "exact"
+                 else model.variance_model_.train_y_)
     alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
     assert model.variance_scale_ == pytest.approx(alpha) and model.recalibrated_by_ == "leave_one_out"
     assert np.allclose(model.predict_dist(X[:10])["var_y"], alpha * plain.predict_dist(X[:10])["var_y"])
@@ -156,7 +161,7 @@ def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tm
 def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
     """z² all zero (a mean model that reproduces every row it left out) would give α = 0, zero variances: the
     scale is then left out."""
-    monkeypatch.setattr(ng.TwoStageGPRegressor, "_leave_one_out_z2", lambda self, X, r: np.zeros(len(r)))
+    monkeypatch.setattr(ng.TwoStageGPRegressor, "_leave_one_out", lambda self, X, r: (0 * r, 1 + 0 * r, 1 + 0 * r))
     model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X, Y)
     assert not hasattr(model, "variance_scale_") and np.all(model.predict(X[:5], return_std=True)[1] > 0)
 
@@ -165,9 +170,9 @@ def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
     model = ng.TwoStageGPRegressor(kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
     loo = model.mean_model_.loo_residuals() / model.residual_scale_
-    z2 = model._leave_one_out_z2(model.x_scaler_.transform(X), loo)
+    z2 = _loo_z2(model, loo)
     assert model.variance_scale_ == pytest.approx(np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1)))
-    in_sample = model._leave_one_out_z2(model.x_scaler_.transform(X), model.variance_model_.train_targets.numpy())
+    in_sample = _loo_z2(model, model.variance_model_.train_targets.numpy())
     assert model.variance_scale_ > np.mean(in_sample)  # the in-sample residuals would have understated α
 
 
@@ -191,3 +196,40 @@ def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_pat
         loaded = ng.load(path)
     assert loaded.device == "cpu"
     assert np.allclose(loaded.predict(X[:10], return_std=True), expected)
+
+
+def _funnel(n, seed):
+    """y = sin(x₀) with noise sd 0.05 at x₀ = −3 growing to 0.8 at x₀ = 3; x₁ carries nothing."""
+    g = np.random.default_rng(seed)
+    x = g.uniform(-3, 3, (n, 2))
+    return x, np.sin(x[:, 0]) + (0.05 + 0.75 * (x[:, 0] + 3) / 6) * g.standard_normal(n)
+
+
+@pytest.mark.parametrize("variance", ["exact", "gpnn"])
+def test_heteroscedastic_noise_follows_the_residuals_and_lowers_the_held_out_nll(variance):
+    X_fit, y_fit = _funnel(400, 1)
+    X_test, y_test = _funnel(400, 2)
+    kw = {"kernel": "rbf", "verbose": False} | ({} if variance == "exact" else
+                                               {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 30})
+    plain = ng.TwoStageGPRegressor(**kw).fit(X_fit, y_fit)
+    het = ng.TwoStageGPRegressor(noise="heteroscedastic", **kw).fit(X_fit, y_fit)
+    edges = np.array([[-2.7, 0.0], [2.7, 0.0]])
+    dist = het.predict_dist(edges)
+    low, high = dist["var_y"] - dist["var_f"]
+    assert high / low > 6  # the truth (0.77 / 0.085)² ≈ 80, one σ² 1: the ridge shrinks log s toward flat
+    nll = [ng.metrics.nll(y_test, *m.predict(X_test, return_std=True)) for m in (plain, het)]
+    assert nll[1] < nll[0] - 0.1
+    z2 = np.mean(((y_test - het.predict(X_test)) / het.predict(X_test, return_std=True)[1]) ** 2)
+    assert 0.7 < z2 < 1.5
+
+
+def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tmp_path):
+    model = ng.TwoStageGPRegressor(kernel="rbf", noise="heteroscedastic", verbose=False).fit(X, Y)
+    Xs = model.x_scaler_.transform(X[:10])
+    dist = model.predict_dist(X[:10])
+    shape = model.noise_shape_(Xs)
+    assert np.allclose(dist["var_y"] - dist["var_f"], model.noise_variance_ * shape)
+    assert np.isclose(np.mean(model.noise_shape_(model.x_scaler_.transform(X))), 1.0)
+    loaded = ng.load(model.save(tmp_path / "het.pt"))
+    assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
+    assert ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X, Y).noise_shape_ is None

@@ -9,6 +9,7 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, farthest_point_sampling, gram
+from neuralgp.twostage.ridge import median_distance
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((150, 3))
@@ -62,10 +63,25 @@ def test_leave_one_out_residuals_equal_refits_without_the_row():
 
 
 def test_kernel_ridge_cross_validation_records_every_candidate():
-    model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), cv=3).fit(X, y)
+    model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), edge_steps=0, cv=3).fit(X, y)
     assert len(model.cv_mse_) == 3 * 2 * 2
     assert model.cv_mse_[(model.kernel_, model.length_scale_, model.alpha_)] == min(model.cv_mse_.values())
     assert np.sqrt(np.mean((model.predict(X) - y) ** 2)) < 0.5 * y.std()
+
+
+@pytest.mark.parametrize("wiggles,grid,end", [(0.0, (0.125, 0.25), "up"), (3.0, (2.0, 4.0), "down")])
+def test_kernel_ridge_grid_grows_past_the_end_that_wins(wiggles, grid, end):
+    """A line wants a lengthscale above a grid of short ones, a sine of 1.5 periods one below a grid of long ones:
+    the grid grows by factors of 2 past the winning end until an interior factor wins or the steps are spent."""
+    x = np.linspace(-1, 1, 80)[:, None]
+    target = x[:, 0] if wiggles == 0 else np.sin(wiggles * np.pi / 2 * x[:, 0])
+    model = KernelRidgeCV(kernels=("rbf",), alphas=(1e-4,), length_scales=grid, edge_steps=4, cv=4).fit(x, target)
+    factors = np.array(sorted({k[1] for k in model.cv_mse_})) / median_distance(x)
+    assert len(factors) > 2 and np.allclose(factors[1:] / factors[:-1], 2.0)
+    assert np.isclose(factors[0], grid[0]) if end == "up" else np.isclose(factors[-1], grid[-1])
+    assert model.cv_mse_[(model.kernel_, model.length_scale_, model.alpha_)] == min(model.cv_mse_.values())
+    ends = factors[[0, -1]] * median_distance(x)
+    assert not np.isclose(ends, model.length_scale_).any() or len(factors) == len(grid) + 4
 
 
 def test_krrnn_is_kernel_ridge_on_each_neighbourhood():

@@ -1,0 +1,56 @@
+"""Heteroscedastic noise for the two-stage variance model (beyond the paper, whose noise is one σ²): the noise
+variance at x is σ² s(x), with log s a kernel ridge regression of the log squared honest residuals (each row's
+error from a mean model that did not see it), centred, and s normalised to mean 1 over the training rows. The
+classical smoother of squared residuals (Harvey 1976; Yu & Jones 2004) on the kernel ridge of ``ridge``: λ, kernel
+and lengthscale by cross-validation, so that residuals with no structure in x give a nearly flat s and the model
+falls back to one σ².
+
+log r² = log σ²(x) + log χ²₁ for Gaussian errors: the offset E[log χ²₁] is a constant that the normalisation removes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuralgp.twostage.ridge import fit_kernel_ridge, ridge_from_state, ridge_state
+
+LOG_FLOOR = 1e-2  # δ in log(r² + δ), on residuals of unit mean square: an exact fit at one row must not weigh −∞
+
+
+class NoiseShape:
+    """s(x) ≥ 0 of mean 1 over the training rows. ``n_neighbors`` = None: kernel ridge on all rows (O(n³), the
+    exact pipeline); a number: KRRNN on that many neighbours, its hyper-parameters by CV on a subsample (the
+    scalable pipeline's cost)."""
+
+    def __init__(self, n_neighbors: int | None = None, seed: int = 0):
+        self.n_neighbors = n_neighbors
+        self.seed = seed
+
+    def fit(self, X, r) -> "NoiseShape":
+        t = np.log(np.asarray(r, dtype=np.float64) ** 2 + LOG_FLOOR)
+        self.centre_ = float(t.mean())
+        t = t - self.centre_
+        self.model_ = fit_kernel_ridge(X, t, self.n_neighbors, self.seed)
+        self._loo = t - self.model_.loo_residuals() if self.n_neighbors is None else \
+            self.model_.predict(X, exclude_self=True)
+        self.norm_ = 1.0
+        self.norm_ = float(np.mean(self(X)))
+        return self
+
+    def __call__(self, X) -> np.ndarray:
+        return np.exp(self.model_.predict(X)) / self.norm_
+
+    def leave_one_out(self) -> np.ndarray:
+        """s at each training row from the fit without that row's residual (exact for kernel ridge; the row left
+        out of its neighbourhood for KRRNN): what the leave-one-out z-scores of the recalibration must use."""
+        return np.exp(self._loo) / self.norm_
+
+    def state(self) -> dict:
+        return {"model": ridge_state(self.model_), "centre": self.centre_, "norm": self.norm_,
+                "n_neighbors": self.n_neighbors}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "NoiseShape":
+        shape = cls(state["n_neighbors"])
+        shape.model_, shape.centre_, shape.norm_ = ridge_from_state(state["model"]), state["centre"], state["norm"]
+        return shape
