@@ -60,9 +60,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
     rows' leave-one-out z-scores (``_leave_one_out``; the paper has no such step: False gives its algorithms);
-    ``noise`` = "homoscedastic" (the paper's one σ²) or "heteroscedastic" (σ² s(x), s from kernel ridge on the
-    log squared cross-fitted residuals, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance
-    model other than the exact GP).
+    ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals,
+    ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model other than the exact GP; the
+    default: calibrated on more sets, docs/methods/twostage.md) or "homoscedastic" (the paper's one σ²; the
+    registry's ``twostage-nn`` keeps it, measured so).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -79,7 +80,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 recalibrate=True, noise="homoscedastic", seed=0, device="cpu", verbose=True):
+                 recalibrate=True, noise="heteroscedastic", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel

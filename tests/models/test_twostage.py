@@ -37,7 +37,7 @@ def test_warm_start_from_the_optimum_stays_at_its_likelihood():
 def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
     zero = DummyRegressor(strategy="constant", constant=0.0)
     two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample", recalibrate=False,
-                                 verbose=False).fit(X, Y)
+                                 noise="homoscedastic", verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     _, var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
     dist = two.predict_dist(X[:15])
@@ -68,7 +68,7 @@ def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
 def test_the_variance_model_sees_residuals_of_unit_mean_square():
     """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
     0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
-    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, recalibrate=False, verbose=False)
+    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False, verbose=False)
     model.fit(X, 2 * X[:, 0] + 0.01 * Y)
     r = model.variance_model_.train_targets.numpy()
     assert np.mean(r ** 2) == pytest.approx(1.0) and model.residual_scale_ < 0.05
@@ -146,8 +146,9 @@ def _loo_z2(model, resid):
 @pytest.mark.parametrize("pipeline", [{}, {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 20}, {"mean": None}])
 def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tmp_path):
     """α from the training rows' leave-one-out z² (mean plus half its standard error), applied to every variance."""
-    plain = ng.TwoStageGPRegressor(kernel="rbf", recalibrate=False, verbose=False, **pipeline).fit(X, Y)
-    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False, **pipeline).fit(X, Y)
+    one_noise = {"noise": "homoscedastic", "kernel": "rbf", "verbose": False} | pipeline
+    plain = ng.TwoStageGPRegressor(recalibrate=False, **one_noise).fit(X, Y)
+    model = ng.TwoStageGPRegressor(**one_noise).fit(X, Y)
     z2 = _loo_z2(model, model.variance_model_.train_targets.numpy() if model.variance == "exact"
                  else model.variance_model_.train_y_)
     alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
@@ -168,7 +169,7 @@ def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
 
 def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
-    model = ng.TwoStageGPRegressor(kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
+    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
     loo = model.mean_model_.loo_residuals() / model.residual_scale_
     z2 = _loo_z2(model, loo)
     assert model.variance_scale_ == pytest.approx(np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1)))
@@ -211,7 +212,7 @@ def test_heteroscedastic_noise_follows_the_residuals_and_lowers_the_held_out_nll
     X_test, y_test = _funnel(400, 2)
     kw = {"kernel": "rbf", "verbose": False} | ({} if variance == "exact" else
                                                {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 30})
-    plain = ng.TwoStageGPRegressor(**kw).fit(X_fit, y_fit)
+    plain = ng.TwoStageGPRegressor(noise="homoscedastic", **kw).fit(X_fit, y_fit)
     het = ng.TwoStageGPRegressor(noise="heteroscedastic", **kw).fit(X_fit, y_fit)
     edges = np.array([[-2.7, 0.0], [2.7, 0.0]])
     dist = het.predict_dist(edges)
@@ -224,7 +225,7 @@ def test_heteroscedastic_noise_follows_the_residuals_and_lowers_the_held_out_nll
 
 
 def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tmp_path):
-    model = ng.TwoStageGPRegressor(kernel="rbf", noise="heteroscedastic", verbose=False).fit(X, Y)
+    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X, Y)  # heteroscedastic: the default
     Xs = model.x_scaler_.transform(X[:10])
     dist = model.predict_dist(X[:10])
     shape = model.noise_shape_(Xs)
@@ -232,4 +233,4 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
     assert np.isclose(np.mean(model.noise_shape_(model.x_scaler_.transform(X))), 1.0)
     loaded = ng.load(model.save(tmp_path / "het.pt"))
     assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
-    assert ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X, Y).noise_shape_ is None
+    assert ng.TwoStageGPRegressor(kernel="rbf", noise="homoscedastic", verbose=False).fit(X, Y).noise_shape_ is None

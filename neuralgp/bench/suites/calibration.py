@@ -42,9 +42,9 @@ def split_of(dataset: str, seed: int) -> str:
 OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
         "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp"),
         "DAK": factory("dak"), "DAK (plain fit)": factory("dak"), "Two-stage": factory("twostage"),
-        "Two-stage (heteroscedastic)": factory("twostage", noise="heteroscedastic"),
-        "Two-stage (no recalibration)": factory("twostage", recalibrate=False),
-        "Two-stage (RBF variance)": factory("twostage", kernel="rbf", recalibrate=False),
+        "Two-stage (homoscedastic)": factory("twostage", noise="homoscedastic"),
+        "Two-stage (no recalibration)": factory("twostage", recalibrate=False, noise="homoscedastic"),
+        "Two-stage (RBF variance)": factory("twostage", kernel="rbf", recalibrate=False, noise="homoscedastic"),
         "Two-stage NN": factory("twostage-nn"),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm")}
@@ -54,7 +54,7 @@ BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "Two-stage", "Two-stage (heteroscedastic)", "Two-stage (no recalibration)", "Two-stage (RBF variance)",
+                                      "Two-stage", "Two-stage (homoscedastic)", "Two-stage (no recalibration)", "Two-stage (RBF variance)",
                                       "Two-stage NN", "DKM (plain fit)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
