@@ -56,7 +56,7 @@ ESTIMATORS = {
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "
                          "leave-one-out residuals, kernel search, variances recalibrated by leave-one-out z²",
                          TwoStageGPRegressor,
-                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None, "noise": "homoscedastic"}),
+                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None}),
     "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
                      NetworkRegressor, NetworkClassifier),
     "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",

@@ -61,9 +61,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
     rows' leave-one-out z-scores (``_leave_one_out``; the paper has no such step: False gives its algorithms);
     ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals,
-    ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model other than the exact GP; the
-    default: calibrated on more sets, docs/methods/twostage.md) or "homoscedastic" (the paper's one σ²; the
-    registry's ``twostage-nn`` keeps it, measured so).
+    ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model other than the exact GP),
+    "homoscedastic" (the paper's one σ²) or "auto": heteroscedastic with the exact variance GP (calibrated on more
+    sets, docs/methods/twostage.md), one σ² with GPnn or SVGP (the shape is not measured there).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -76,11 +76,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "recalibrate": BOOL, "noise": one_of("homoscedastic", "heteroscedastic"), "seed": SEED, "device": DEVICE, "verbose": BOOL}
+                   "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"), "seed": SEED, "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 recalibrate=True, noise="heteroscedastic", seed=0, device="cpu", verbose=True):
+                 recalibrate=True, noise="auto", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -156,11 +156,12 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         self.noise_shape_ = None
-        if self.recalibrate or self.noise == "heteroscedastic":  # errors the mean model did not see
+        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact")
+        if self.recalibrate or shaped:  # errors the mean model did not see
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
             err, var_f, noise = self._leave_one_out(X, honest)
-            if self.noise == "heteroscedastic":
+            if shaped:
                 self.noise_shape_ = NoiseShape(None if self.variance == "exact" else self.n_neighbors,
                                                self.seed).fit(X, err)
                 noise = noise * self.noise_shape_.leave_one_out()
