@@ -67,8 +67,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
-    ``residual_scale_``, their root mean square), ``noise_shape_`` (the NoiseShape, or None), ``fit_log_``, ``stage_seconds_`` (wall-clock of the
-    mean model, the kernel search and the variance model).
+    ``residual_scale_``, their root mean square), ``noise_shape_`` (the NoiseShape, or None), ``fit_log_``,
+    ``stage_seconds_`` (wall-clock of the mean model, the kernel search and the variance model).
     """
 
     param_rules = {"mean": (NONE, one_of(*MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
@@ -76,7 +76,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"), "seed": SEED, "device": DEVICE, "verbose": BOOL}
+                   "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"), "seed": SEED,
+                   "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",

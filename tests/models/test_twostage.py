@@ -180,7 +180,8 @@ def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
 @pytest.mark.parametrize("params,error,match", [
     ({"kernel": "cosine"}, ParameterError, "kernel"), ({"mean": "gbm"}, ParameterError, "mean"),
     ({"variance": "vecchia"}, ParameterError, "variance"), ({"n_neighbors": 0}, ParameterError, "n_neighbors"),
-    ({"residuals": "loo"}, ParameterError, "residuals"), ({"warm_start": 500}, ValueError, "warm_start = 500")])
+    ({"residuals": "loo"}, ParameterError, "residuals"), ({"warm_start": 500}, ValueError, "warm_start = 500"),
+    ({"noise": "student"}, ParameterError, "noise")])
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
         ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
