@@ -42,7 +42,10 @@ class NoiseShape:
 
     def leave_one_out(self) -> np.ndarray:
         """s at each training row from the fit without that row's residual (exact for kernel ridge; the row left
-        out of its neighbourhood for KRRNN): what the leave-one-out z-scores of the recalibration must use."""
+        out of its neighbourhood for KRRNN): what the leave-one-out z-scores of the recalibration must use. A
+        fit-time quantity: a shape restored by ``from_state`` predicts but has none."""
+        if not hasattr(self, "_loo"):
+            raise RuntimeError("leave_one_out() exists only on the NoiseShape that was fitted, not on a loaded one")
         return np.exp(self._loo) / self.norm_
 
     def state(self) -> dict:
