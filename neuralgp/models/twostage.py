@@ -207,7 +207,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
             dist = self.variance_model_.predict_dist(X)
             var_f, noise = dist["var_f"], dist["var_y"] - dist["var_f"]
-        if getattr(self, "noise_shape_", None) is not None:
+        if self.noise_shape_ is not None:  # set by fit and by load
             noise = noise * self.noise_shape_(X)
         return mean, var_f * s2, (var_f + noise) * s2
 

@@ -68,7 +68,8 @@ def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
 def test_the_variance_model_sees_residuals_of_unit_mean_square():
     """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
     0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
-    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False, verbose=False)
+    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False,
+                                   verbose=False)
     model.fit(X, 2 * X[:, 0] + 0.01 * Y)
     r = model.variance_model_.train_targets.numpy()
     assert np.mean(r ** 2) == pytest.approx(1.0) and model.residual_scale_ < 0.05
@@ -169,7 +170,8 @@ def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
 
 def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
-    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None, verbose=False).fit(X, Y)
+    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None,
+                                   verbose=False).fit(X, Y)
     loo = model.mean_model_.loo_residuals() / model.residual_scale_
     z2 = _loo_z2(model, loo)
     assert model.variance_scale_ == pytest.approx(np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1)))

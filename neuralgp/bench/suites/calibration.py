@@ -54,8 +54,8 @@ BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "Two-stage", "Two-stage (homoscedastic)", "Two-stage (no recalibration)", "Two-stage (RBF variance)",
-                                      "Two-stage NN", "DKM (plain fit)",
+                                      "Two-stage", "Two-stage (homoscedastic)", "Two-stage (no recalibration)",
+                                      "Two-stage (RBF variance)", "Two-stage NN", "DKM (plain fit)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
