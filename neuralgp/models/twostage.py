@@ -22,7 +22,6 @@ import gpytorch
 import numpy as np
 import torch
 from sklearn.base import clone
-from sklearn.model_selection import KFold
 
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
@@ -33,7 +32,7 @@ from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.noise import NoiseShape
-from neuralgp.twostage.ridge import KERNEL_NAMES, fit_kernel_ridge, ridge_from_state, ridge_state
+from neuralgp.twostage.ridge import KERNEL_NAMES, fit_kernel_ridge, group_folds, ridge_from_state, ridge_state
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
 MEAN_MODELS = ("krr", "krrnn")
@@ -113,7 +112,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if self.mean == "krr":
             return self.mean_model_.loo_residuals()
         out = np.empty_like(y)
-        for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
+        for train, held in group_folds(X, CROSS_FIT_FOLDS, self.seed):
             out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
         return out
 

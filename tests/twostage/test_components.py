@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.kernel_ridge import KernelRidge
+from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, farthest_point_sampling, gram
-from neuralgp.twostage.ridge import median_distance
+from neuralgp.twostage.ridge import cv_mse, group_folds, input_groups, median_distance
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((150, 3))
@@ -62,11 +63,43 @@ def test_leave_one_out_residuals_equal_refits_without_the_row():
     assert np.allclose(model.loo_residuals(), refits, atol=1e-8)
 
 
+def test_leave_one_out_leaves_out_every_copy_of_an_input():
+    """A row's copies (equal inputs) leave with it, in the residuals and in the cross-validation folds."""
+    Xc, yc = np.vstack([X[:40], X[:5], X[:5]]), np.concatenate([y[:40], y[:5] + 0.3, y[:5] - 0.3])
+    assert input_groups(Xc).tolist() == list(range(40)) + 2 * list(range(5))
+    model = KernelRidgeCV(kernels=("rbf",), alphas=(1e-2,), length_scales=(1.0,)).fit(Xc, yc)
+    ls = model.length_scale_
+    for i in (0, 3, 20):
+        same = np.flatnonzero((Xc == Xc[i]).all(1))
+        rest = np.setdiff1d(np.arange(len(yc)), same)
+        refit = KernelRidge(alpha=1e-2, kernel="precomputed").fit(gram("rbf", ls, Xc[rest]), yc[rest])
+        assert np.allclose(model.loo_residuals()[same], yc[same] - refit.predict(gram("rbf", ls, Xc[same], Xc[rest])))
+    for train, held in group_folds(Xc, 5, seed=1):
+        assert not set(map(tuple, Xc[train])) & set(map(tuple, Xc[held]))
+    plain = [(a.tolist(), b.tolist()) for a, b in KFold(5, shuffle=True, random_state=1).split(X)]
+    assert [(a.tolist(), b.tolist()) for a, b in group_folds(X, 5, seed=1)] == plain  # no copies: plain KFold
+    krrnn = KRRNNRegressor(n_neighbors=10).fit(Xc, yc)
+    others = np.flatnonzero(~(Xc == Xc[0]).all(1))  # row 0 without rows 40 and 45, its copies
+    near = others[NearestNeighbors(n_neighbors=10).fit(Xc[others]).kneighbors(Xc[:1], return_distance=False)[0]]
+    direct = KernelRidge(alpha=1e-3, kernel="precomputed").fit(gram("rbf", 1.0, Xc[near]), yc[near])
+    assert np.isclose(krrnn.predict(Xc[:1], exclude_self=True)[0],
+                      direct.predict(gram("rbf", 1.0, Xc[:1], Xc[near]))[0], atol=1e-10)
+
+
 def test_kernel_ridge_cross_validation_records_every_candidate():
     model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), edge_steps=0, cv=3).fit(X, y)
     assert len(model.cv_mse_) == 3 * 2 * 2
     assert model.cv_mse_[(model.kernel_, model.length_scale_, model.alpha_)] == min(model.cv_mse_.values())
     assert np.sqrt(np.mean((model.predict(X) - y) ** 2)) < 0.5 * y.std()
+
+
+def test_cross_validated_mse_equals_grid_search_over_kernel_ridge():
+    K, alphas = gram("matern32", 1.3, X[:90]), (1e-5, 1e-2, 1.0, 100.0)
+    folds = KFold(4, shuffle=True, random_state=0)
+    grid = GridSearchCV(KernelRidge(kernel="precomputed"), {"alpha": list(alphas)}, cv=folds,
+                        scoring="neg_mean_squared_error").fit(K, y[:90])
+    ours = cv_mse(K, y[:90], list(folds.split(K)), alphas)
+    assert np.allclose(ours, -grid.cv_results_["mean_test_score"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("wiggles,grid,end", [(0.0, (0.125, 0.25), "up"), (3.0, (2.0, 4.0), "down")])
