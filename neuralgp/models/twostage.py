@@ -32,12 +32,14 @@ from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.noise import NoiseShape
-from neuralgp.twostage.ridge import KERNEL_NAMES, fit_kernel_ridge, group_folds, ridge_from_state, ridge_state
+from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, group_folds, refit_kernel_ridge, ridge_from_state,
+                                    ridge_state)
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
 MEAN_MODELS = ("krr", "krrnn")
 VARIANCE_MODELS = ("exact", "gpnn", "svgp")
 CROSS_FIT_FOLDS = 5
+SHAPE_FOLDS = 10  # the noise shape's held-out folds: 5 (80 % of the rows) made yacht's errors too large (z² 0.5)
 AUTO_WARM_START = 200  # the paper's subsample (spec §4.6)
 GPNN_ITERATIONS, GPNN_LR = 200, 0.1  # Table 7
 
@@ -59,10 +61,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
     rows' leave-one-out z-scores (``_leave_one_out``; the paper has no such step: False gives its algorithms);
-    ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals,
-    ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model other than the exact GP),
-    "homoscedastic" (the paper's one σ²) or "auto": heteroscedastic with the exact variance GP (calibrated on more
-    sets, docs/methods/twostage.md), one σ² with GPnn or SVGP (the shape is not measured there).
+    ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals, its
+    strength chosen on held-out folds, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model
+    other than the exact GP; the rows' z-scores for the recalibration are then the held-out folds'),
+    "homoscedastic" (the paper's one σ²) or "auto": heteroscedastic with a mean model and the exact variance GP
+    (docs/methods/twostage.md), one σ² with GPnn or SVGP (the shape is not measured there) or mean=None.
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -102,15 +105,17 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed)
         return clone(self.mean).fit(X, y)
 
-    def _residuals(self, X, y, cross_fit: bool) -> np.ndarray:
-        """The mean model's residuals: in-sample, or cross-fitted — exact leave-one-out for KRR and KRRNN (each
-        row's residual from the same hyper-parameters without it), K-fold refits for another regressor."""
+    def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
+        """The residuals of ``mean_model`` (default ``mean_model_``), fitted to (X, y): in-sample, or cross-fitted —
+        exact leave-one-input-out for KRR and KRRNN (each row's residual from the same hyper-parameters without it
+        and its copies), K-fold refits for another regressor (copies in one fold)."""
+        mean_model = self.mean_model_ if mean_model is None else mean_model
         if self.mean == "krrnn":
-            return y - self.mean_model_.predict(X, exclude_self=cross_fit)
+            return y - mean_model.predict(X, exclude_self=cross_fit)
         if not cross_fit:
-            return y - self.mean_model_.predict(X)
+            return y - mean_model.predict(X)
         if self.mean == "krr":
-            return self.mean_model_.loo_residuals()
+            return mean_model.loo_residuals()
         out = np.empty_like(y)
         for train, held in group_folds(X, CROSS_FIT_FOLDS, self.seed):
             out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
@@ -130,6 +135,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > "
                                      f"max_memory_gb = {self.max_memory_gb}; use the scalable pipeline "
                                      f"(mean='krrnn', variance='gpnn': registry name twostage-nn)")
+        if self.mean is None and self.noise == "heteroscedastic":
+            raise ValueError("noise='heteroscedastic' shapes the noise from a mean model's held-out errors: give a "
+                             "mean model, or noise='homoscedastic' with mean=None (one stage)")
         if self.mean is None and self.variance != "exact":
             raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
         clock = time.perf_counter()
@@ -156,7 +164,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         self.noise_shape_ = None
-        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact")
+        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
+                                                      and self.mean is not None)
         if self.recalibrate or shaped:  # errors the mean model did not see
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
@@ -164,12 +173,29 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             if shaped:
                 self.noise_shape_ = NoiseShape(None if self.variance == "exact" else self.n_neighbors,
                                                self.seed).fit(X, err)
-                noise = noise * self.noise_shape_.leave_one_out()
+                err, shape = self._held_out_shape(X, y, var_f, noise)
+                noise = noise * shape
             if self.recalibrate:
                 z2 = err ** 2 / np.maximum(var_f + noise, np.finfo(np.float64).tiny)
                 self._apply_recalibration(z2_moments(z2), "leave_one_out")
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
+
+    def _held_out_shape(self, X, y, var_f, noise) -> tuple[np.ndarray, np.ndarray]:
+        """Choose the noise shape's strength ρ on held-out rows, and return their errors and s (in the units of
+        the variance model's residuals) for the recalibration: per fold (copies of an input in one fold), the mean
+        model's hyper-parameters refitted without the fold give its rows' errors, and the shape's refitted on that
+        model's honest residuals gives their s. The leave-one-out variances of the variance model stand in for
+        its fold refits (the GP itself is not refitted)."""
+        folds, err = [], np.empty_like(y)
+        for train, held in group_folds(X, SHAPE_FOLDS, self.seed):
+            mean = refit_kernel_ridge(self.mean_model_, X[train], y[train]) if isinstance(self.mean, str) else \
+                clone(self.mean).fit(X[train], y[train])
+            err[held] = y[held] - mean.predict(X[held])
+            folds.append((train, held, self._residuals(X[train], y[train], True, mean) / self.residual_scale_))
+        err /= self.residual_scale_
+        g, norms = self.noise_shape_.held_out_log_shapes(X, folds)
+        return err, self.noise_shape_.choose_strength(err, var_f, noise, g, norms)
 
     def _leave_one_out(self, X, resid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(error, variance of f, noise variance) of each training row under the prediction made without it: the

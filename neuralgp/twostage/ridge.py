@@ -125,11 +125,13 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
             else:
                 break
         self.kernel_, self.length_scale_, self.alpha_ = best
-        if not self.refit:
-            return self
+        return self.fit_chosen(X, y) if self.refit else self
+
+    def fit_chosen(self, X, y) -> "KernelRidgeCV":
+        """The final fit: kernel ridge with the chosen ``kernel_``, ``length_scale_`` and ``alpha_`` on all rows."""
+        self.X_fit_ = np.asarray(X, dtype=np.float64)
         self.dual_coef_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
-            gram(self.kernel_, self.length_scale_, X), y).dual_coef_
-        self.X_fit_ = X
+            gram(self.kernel_, self.length_scale_, self.X_fit_), np.asarray(y, dtype=np.float64)).dual_coef_
         return self
 
     def loo_residuals(self) -> np.ndarray:
@@ -208,6 +210,15 @@ def ridge_from_state(state: dict):
     model.kernel_, model.length_scale_, model.alpha_ = state["kernel"], state["length_scale"], state["alpha"]
     model.X_fit_, model.dual_coef_ = state["X"].numpy(), state["dual_coef"].numpy()
     return model
+
+
+def refit_kernel_ridge(model, X, y):
+    """A fitted KernelRidgeCV or KRRNNRegressor's hyper-parameters fitted to other rows (no search)."""
+    if isinstance(model, KRRNNRegressor):
+        return KRRNNRegressor(**model.get_params()).fit(X, y)
+    refit = KernelRidgeCV()
+    refit.kernel_, refit.length_scale_, refit.alpha_ = model.kernel_, model.length_scale_, model.alpha_
+    return refit.fit_chosen(X, y)
 
 
 def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS):

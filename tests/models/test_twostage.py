@@ -10,6 +10,7 @@ from sklearn.dummy import DummyRegressor
 import neuralgp as ng
 from neuralgp.errors import ParameterError
 from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, leave_one_out, predictive_variance
+from neuralgp.twostage.noise import STRENGTHS
 
 rng = np.random.default_rng(0)
 X = rng.uniform(-3, 3, (120, 2))
@@ -164,7 +165,7 @@ def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
     """z² all zero (a mean model that reproduces every row it left out) would give α = 0, zero variances: the
     scale is then left out."""
     monkeypatch.setattr(ng.TwoStageGPRegressor, "_leave_one_out", lambda self, X, r: (0 * r, 1 + 0 * r, 1 + 0 * r))
-    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X, Y)
+    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, noise="homoscedastic", verbose=False).fit(X, Y)
     assert not hasattr(model, "variance_scale_") and np.all(model.predict(X[:5], return_std=True)[1] > 0)
 
 
@@ -239,3 +240,8 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
     assert ng.TwoStageGPRegressor(kernel="rbf", noise="homoscedastic", verbose=False).fit(X, Y).noise_shape_ is None
     one_noise = ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", n_neighbors=20, kernel="rbf", verbose=False)
     assert one_noise.fit(X, Y).noise_shape_ is None  # "auto" shapes the exact GP's noise only
+    one_stage = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, verbose=False)
+    assert one_stage.fit(X, Y).noise_shape_ is None  # ... and only behind a mean model
+    with pytest.raises(ValueError, match="needs a mean model|give a mean model"):
+        one_stage.set_params(noise="heteroscedastic").fit(X, Y)
+    assert model.noise_shape_.strength_ in STRENGTHS and loaded.noise_shape_.strength_ == model.noise_shape_.strength_

@@ -9,8 +9,9 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.neighbors import NearestNeighbors
 
-from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, farthest_point_sampling, gram
-from neuralgp.twostage.ridge import cv_mse, group_folds, input_groups, median_distance
+from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, NoiseShape, farthest_point_sampling, gram
+from neuralgp.twostage.noise import STRENGTHS
+from neuralgp.twostage.ridge import cv_mse, group_folds, input_groups, median_distance, refit_kernel_ridge
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((150, 3))
@@ -165,3 +166,28 @@ def test_delta_test_errors_and_decision():
         delta_ratio_test(X, y, "rbf", model="svm")
     result = delta_ratio_test(X, y, "rbf", model="krr", repeats=2, subsample=100)
     assert len(result.fractions) == 2 and result.rejected == (result.score < 0.95)
+
+
+def test_refit_keeps_the_hyper_parameters_and_fits_the_new_rows():
+    model = KernelRidgeCV(alphas=(1e-3, 1e-1), length_scales=(0.5, 1.0), edge_steps=0, cv=3).fit(X, y)
+    refit = refit_kernel_ridge(model, X[:70], y[:70])
+    ref = KernelRidge(alpha=model.alpha_, kernel="precomputed").fit(gram(model.kernel_, model.length_scale_, X[:70]),
+                                                                    y[:70])
+    assert np.allclose(refit.predict(X[70:90]), ref.predict(gram(model.kernel_, model.length_scale_, X[70:90], X[:70])))
+    nn = refit_kernel_ridge(KRRNNRegressor(n_neighbors=7, alpha=0.05).fit(X, y), X[:70], y[:70])
+    assert nn.get_params()["alpha"] == 0.05 and len(nn.y_fit_) == 70
+
+
+@pytest.mark.parametrize("truth", [1.0, 0.0])
+def test_noise_strength_is_chosen_by_the_held_out_errors(truth):
+    """Errors whose variance is exp(g) choose the full shape; errors that ignore g choose a flat one (ρ = 0)."""
+    g_rng = np.random.default_rng(4)
+    g = g_rng.normal(0, 1.2, 4000)
+    err = g_rng.standard_normal(4000) * np.exp(truth * g / 2)
+    halves = [np.arange(2000), np.arange(2000, 4000)]
+    norms = [(held, g[other]) for held, other in zip(halves, halves[::-1])]
+    shape = NoiseShape()
+    shape._g_train = g
+    s = shape.choose_strength(err, np.zeros(4000), np.ones(4000), g, norms)
+    assert shape.strength_ == truth and set(shape.strength_scores_) == set(STRENGTHS)
+    assert np.allclose(s[:2000], np.exp(truth * g[:2000]) / np.mean(np.exp(truth * g[2000:])))
