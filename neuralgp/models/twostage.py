@@ -22,6 +22,7 @@ import gpytorch
 import numpy as np
 import torch
 from sklearn.base import clone
+from sklearn.model_selection import KFold
 
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
@@ -32,7 +33,7 @@ from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search
 from neuralgp.twostage.noise import NoiseShape
-from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, group_folds, refit_kernel_ridge, ridge_from_state,
+from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, refit_kernel_ridge, ridge_from_state,
                                     ridge_state)
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
@@ -107,8 +108,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
         """The residuals of ``mean_model`` (default ``mean_model_``), fitted to (X, y): in-sample, or cross-fitted —
-        exact leave-one-input-out for KRR and KRRNN (each row's residual from the same hyper-parameters without it
-        and its copies), K-fold refits for another regressor (copies in one fold)."""
+        exact leave-one-out for KRR and KRRNN (each row's residual from the same hyper-parameters without it),
+        K-fold refits for another regressor."""
         mean_model = self.mean_model_ if mean_model is None else mean_model
         if self.mean == "krrnn":
             return y - mean_model.predict(X, exclude_self=cross_fit)
@@ -117,7 +118,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if self.mean == "krr":
             return mean_model.loo_residuals()
         out = np.empty_like(y)
-        for train, held in group_folds(X, CROSS_FIT_FOLDS, self.seed):
+        for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
             out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
         return out
 
@@ -183,12 +184,12 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     def _held_out_shape(self, X, y, var_f, noise) -> tuple[np.ndarray, np.ndarray]:
         """Choose the noise shape's strength ρ on held-out rows, and return their errors and s (in the units of
-        the variance model's residuals) for the recalibration: per fold (copies of an input in one fold), the mean
+        the variance model's residuals) for the recalibration: per fold (``SHAPE_FOLDS``, shuffled), the mean
         model's hyper-parameters refitted without the fold give its rows' errors, and the shape's refitted on that
         model's honest residuals gives their s. The leave-one-out variances of the variance model stand in for
         its fold refits (the GP itself is not refitted)."""
         folds, err = [], np.empty_like(y)
-        for train, held in group_folds(X, SHAPE_FOLDS, self.seed):
+        for train, held in KFold(min(SHAPE_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
             mean = refit_kernel_ridge(self.mean_model_, X[train], y[train]) if isinstance(self.mean, str) else \
                 clone(self.mean).fit(X[train], y[train])
             err[held] = y[held] - mean.predict(X[held])

@@ -1,6 +1,6 @@
 """Heteroscedastic noise for the two-stage variance model (beyond the paper, whose noise is one σ²): the noise
 variance at x is σ² s(x), s(x) = exp(ρ g(x)) / mean over the training rows, g a kernel ridge regression of the
-centred log squared honest residuals (each row's error from a mean model that did not see it or a copy of it) and
+centred log squared honest residuals (each row's error from a mean model that did not see it) and
 ρ ∈ [0, 1] the shape's strength (0: one σ²), which the estimator chooses by held-out NLL (``choose_strength``). The
 classical smoother of squared residuals (Harvey 1976; Yu & Jones 2004) on the kernel ridge of ``ridge``: λ (up to
 1e3 here), kernel and lengthscale by cross-validation, which shrinks g toward flat — not all the way on few rows

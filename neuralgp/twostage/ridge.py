@@ -18,7 +18,6 @@ ALPHAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # App. F.1
 KERNEL_NAMES = ("rbf", "matern32", "matern12")
 LENGTH_SCALE_FACTORS = (0.25, 0.5, 1.0, 2.0)  # times the median pairwise distance
 EDGE_STEPS = 3  # the lengthscale grid grows by factors of 2 past an end that wins, at most this many times
-SAME_INPUT = 1e-6  # KRRNN's leave-one-out: a neighbour this close (standardised inputs) is the point or a copy
 CV_MAX_ROWS = 2000  # the search runs on a random subsample of at most this many rows; the final fit on all
 
 
@@ -41,26 +40,6 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
     d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))[np.triu_indices(len(X), 1)]
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
-
-
-def input_groups(X) -> np.ndarray:
-    """Group ids of the rows, one per distinct input, numbered in order of first appearance (all distinct: 0 … n−1).
-    Rows with equal inputs (uci/concrete has 25 such copies) are one point to a held-out error: a copy left in
-    the training part makes the error of its twin ~0 (gal/concrete split 7: three copies at residual 0.003
-    taught the noise model a noise 1/100 of the mean where a test copy missed by 33 MPa, z² = 465)."""
-    _, first, inverse = np.unique(np.asarray(X), axis=0, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    return rank[inverse.reshape(-1)]
-
-
-def group_folds(X, n_splits: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Shuffled K-fold (train, held-out) row indices that keep equal inputs in one fold: KFold over
-    ``input_groups`` (with all inputs distinct, exactly KFold(n_splits, shuffle=True, random_state=seed))."""
-    groups = input_groups(X)
-    n_groups = int(groups.max()) + 1
-    return [(np.flatnonzero(np.isin(groups, train)), np.flatnonzero(np.isin(groups, held))) for train, held in
-            KFold(min(int(n_splits), n_groups), shuffle=True, random_state=seed).split(np.arange(n_groups))]
 
 
 def cv_mse(K, y, splits, alphas) -> np.ndarray:
@@ -102,7 +81,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         rng = np.random.default_rng(self.seed)
         rows = rng.choice(len(y), CV_MAX_ROWS, replace=False) if len(y) > CV_MAX_ROWS else np.arange(len(y))
         scale = median_distance(X[rows], self.seed)
-        splits = group_folds(X[rows], self.cv, self.seed)
+        splits = list(KFold(min(int(self.cv), len(rows)), shuffle=True, random_state=self.seed).split(rows))
         self.cv_mse_ = {}
 
         def search(factors):
@@ -135,19 +114,13 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         return self
 
     def loo_residuals(self) -> np.ndarray:
-        """Exact leave-one-input-out residuals of the fitted model at its own training rows, no refits: with
-        A = (K + λI)⁻¹, the residuals of the rows G sharing one input, from the same λ, kernel and lengthscale
-        fitted without them, are (A_GG)⁻¹ (A y)_G — for a row without copies (A y)_i / A_ii — and A y is
-        ``dual_coef_``. One n × n Cholesky inverse."""
+        """Exact leave-one-out residuals of the fitted model at its own training rows, no refits: with
+        A = (K + λI)⁻¹, the residual of row i from the same λ, kernel and lengthscale fitted without it is
+        (A y)_i / A_ii, and A y is ``dual_coef_``. One n × n Cholesky inverse."""
         K = gram(self.kernel_, self.length_scale_, self.X_fit_)
         K[np.diag_indices_from(K)] += self.alpha_
         A = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K), np.eye(len(K)))
-        out = self.dual_coef_ / np.diag(A)
-        groups = input_groups(self.X_fit_)
-        for g in np.flatnonzero(np.bincount(groups) > 1):
-            rows = np.flatnonzero(groups == g)
-            out[rows] = np.linalg.solve(A[np.ix_(rows, rows)], self.dual_coef_[rows])
-        return out
+        return self.dual_coef_ / np.diag(A)
 
     def predict(self, X):
         """k(X, X_fit) · dual coefficients, as ``KernelRidge.predict``."""
@@ -171,22 +144,20 @@ class KRRNNRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"n_neighbors must be >= 1, got {self.n_neighbors}")
         self.X_fit_, self.y_fit_ = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
         self.index_ = NearestNeighbors().fit(self.X_fit_)
-        self.copies_ = int(np.bincount(input_groups(self.X_fit_)).max())  # the most rows sharing one input
         return self
 
     def predict(self, X, exclude_self: bool = False):
-        """``exclude_self``: X are training inputs, each predicted without the rows at its input (itself and its
-        copies)."""
+        """``exclude_self``: X are the training rows, in order, each predicted without itself (by row index: with
+        copies of an input at distance 0 a copy, not the row, may come first)."""
         X = np.asarray(X, dtype=np.float64)
-        skip = self.copies_ if exclude_self else 0
-        w = min(int(self.n_neighbors), len(self.y_fit_) - skip)
+        w = min(int(self.n_neighbors), len(self.y_fit_) - int(exclude_self))
         out = np.empty(len(X))
         for start in range(0, len(X), int(self.batch_size)):
             Xb = X[start:start + int(self.batch_size)]
-            dist, idx = self.index_.kneighbors(Xb, n_neighbors=w + skip)
-            if exclude_self:  # the first w neighbours not at the point (brute-force distances carry round-off)
-                idx = np.take_along_axis(idx, np.argsort(dist < SAME_INPUT, axis=1, kind="stable"), axis=1)
-            idx = idx[:, :w]
+            idx = self.index_.kneighbors(Xb, n_neighbors=w + int(exclude_self), return_distance=False)
+            if exclude_self:  # the row's own index moved last, then cut
+                own = idx == np.arange(start, start + len(Xb))[:, None]
+                idx = np.take_along_axis(idx, np.argsort(own, axis=1, kind="stable"), axis=1)[:, :w]
             XN, yN = self.X_fit_[idx], self.y_fit_[idx]  # (b, w, d), (b, w)
             K = gram(self.kernel, self.length_scale, XN) + self.alpha * np.eye(w)
             k_star = gram(self.kernel, self.length_scale, Xb[:, None, :], XN)[:, 0, :]  # (b, w)

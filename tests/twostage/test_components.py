@@ -11,7 +11,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, NoiseShape, farthest_point_sampling, gram
 from neuralgp.twostage.noise import STRENGTHS
-from neuralgp.twostage.ridge import cv_mse, group_folds, input_groups, median_distance, refit_kernel_ridge
+from neuralgp.twostage.ridge import cv_mse, median_distance, refit_kernel_ridge
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((150, 3))
@@ -64,27 +64,17 @@ def test_leave_one_out_residuals_equal_refits_without_the_row():
     assert np.allclose(model.loo_residuals(), refits, atol=1e-8)
 
 
-def test_leave_one_out_leaves_out_every_copy_of_an_input():
-    """A row's copies (equal inputs) leave with it, in the residuals and in the cross-validation folds."""
-    Xc, yc = np.vstack([X[:40], X[:5], X[:5]]), np.concatenate([y[:40], y[:5] + 0.3, y[:5] - 0.3])
-    assert input_groups(Xc).tolist() == list(range(40)) + 2 * list(range(5))
-    model = KernelRidgeCV(kernels=("rbf",), alphas=(1e-2,), length_scales=(1.0,)).fit(Xc, yc)
-    ls = model.length_scale_
-    for i in (0, 3, 20):
-        same = np.flatnonzero((Xc == Xc[i]).all(1))
-        rest = np.setdiff1d(np.arange(len(yc)), same)
-        refit = KernelRidge(alpha=1e-2, kernel="precomputed").fit(gram("rbf", ls, Xc[rest]), yc[rest])
-        assert np.allclose(model.loo_residuals()[same], yc[same] - refit.predict(gram("rbf", ls, Xc[same], Xc[rest])))
-    for train, held in group_folds(Xc, 5, seed=1):
-        assert not set(map(tuple, Xc[train])) & set(map(tuple, Xc[held]))
-    plain = [(a.tolist(), b.tolist()) for a, b in KFold(5, shuffle=True, random_state=1).split(X)]
-    assert [(a.tolist(), b.tolist()) for a, b in group_folds(X, 5, seed=1)] == plain  # no copies: plain KFold
+def test_krrnn_leave_one_out_drops_the_row_itself_not_a_copy():
+    """With copies of an input at distance 0, the row left out is the row (by index), its copies stay."""
+    Xc, yc = np.vstack([X[:40], X[:5]]), np.concatenate([y[:40], y[:5] + 0.3])
     krrnn = KRRNNRegressor(n_neighbors=10).fit(Xc, yc)
-    others = np.flatnonzero(~(Xc == Xc[0]).all(1))  # row 0 without rows 40 and 45, its copies
-    near = others[NearestNeighbors(n_neighbors=10).fit(Xc[others]).kneighbors(Xc[:1], return_distance=False)[0]]
-    direct = KernelRidge(alpha=1e-3, kernel="precomputed").fit(gram("rbf", 1.0, Xc[near]), yc[near])
-    assert np.isclose(krrnn.predict(Xc[:1], exclude_self=True)[0],
-                      direct.predict(gram("rbf", 1.0, Xc[:1], Xc[near]))[0], atol=1e-10)
+    for i, copy in ((0, 40), (3, 43), (41, 1)):
+        others = np.delete(np.arange(len(yc)), i)
+        near = others[NearestNeighbors(n_neighbors=10).fit(Xc[others]).kneighbors(Xc[[i]], return_distance=False)[0]]
+        assert i not in near and copy in near
+        direct = KernelRidge(alpha=1e-3, kernel="precomputed").fit(gram("rbf", 1.0, Xc[near]), yc[near])
+        assert np.isclose(krrnn.predict(Xc, exclude_self=True)[i],
+                          direct.predict(gram("rbf", 1.0, Xc[[i]], Xc[near]))[0], atol=1e-10)
 
 
 def test_kernel_ridge_cross_validation_records_every_candidate():
