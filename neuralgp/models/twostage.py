@@ -61,7 +61,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
     model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
     kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
-    rows' leave-one-out z-scores (``_leave_one_out``; the paper has no such step: False gives its algorithms);
+    rows' leave-one-out z-scores (``_leave_one_out``; with the noise shape, the held-out folds' z-scores of
+    ``_held_out_shape``; the paper has no such step: False gives its algorithms);
     ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals, its
     strength chosen on held-out folds, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model
     other than the exact GP; the rows' z-scores for the recalibration are then the held-out folds'),
@@ -178,7 +179,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                 noise = noise * shape
             if self.recalibrate:
                 z2 = err ** 2 / np.maximum(var_f + noise, np.finfo(np.float64).tiny)
-                self._apply_recalibration(z2_moments(z2), "leave_one_out")
+                self._apply_recalibration(z2_moments(z2), "held_out_folds" if shaped else "leave_one_out")
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 

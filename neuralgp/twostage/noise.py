@@ -29,7 +29,7 @@ def _targets(r) -> np.ndarray:
 def profile_nll(err, var) -> float:
     """Mean Gaussian NLL of errors ``err`` under variances α·``var`` at the best single scale α = mean z² (what the
     recalibration then fits), without the constant ½ log 2π + ½."""
-    return float(np.mean(0.5 * np.log(var)) + 0.5 * np.log(np.mean(err ** 2 / var)))
+    return float(np.mean(0.5 * np.log(var)) + 0.5 * np.log(max(np.mean(err ** 2 / var), np.finfo(float).tiny)))
 
 
 class NoiseShape:

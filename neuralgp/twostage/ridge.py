@@ -46,7 +46,7 @@ def cv_mse(K, y, splits, alphas) -> np.ndarray:
     """The K-fold cross-validated MSE of kernel ridge on the Gram matrix ``K`` for every λ in ``alphas``: the mean
     over folds of each fold's MSE, what GridSearchCV(KernelRidge(kernel="precomputed"), scoring=MSE) gives, from
     one eigendecomposition per fold instead of one solve per fold and λ (eigenvalues clipped at 0 against round-off;
-    at 100 rows GridSearchCV's per-fit overhead made this search 10–20× slower)."""
+    six λ, 1 thread: 4× faster than GridSearchCV at 300 rows, 1.8× at 1000, even at 2000)."""
     out = np.zeros(len(alphas))
     for train, test in splits:
         e, V = np.linalg.eigh(K[np.ix_(train, train)])

@@ -245,3 +245,4 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
     with pytest.raises(ValueError, match="needs a mean model|give a mean model"):
         one_stage.set_params(noise="heteroscedastic").fit(X, Y)
     assert model.noise_shape_.strength_ in STRENGTHS and loaded.noise_shape_.strength_ == model.noise_shape_.strength_
+    assert model.recalibrated_by_ == "held_out_folds"
