@@ -22,6 +22,7 @@ from neuralgp.io import register
 from neuralgp.kernels import STATIONARY_KERNELS, make_kernel
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.neighbours import nearest_rows
 from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, POSITIVE, POSITIVE_INT, VALIDATION_FRACTION, one_of
 from neuralgp.train import train, training_subsets
 
@@ -103,15 +104,14 @@ class GPnnRegressor(NeuralGPRegressor):
         self.neighbors_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, len(y))).fit(self.train_X_)
 
     def _predict_scaled(self, X, exclude_self: bool = False):
-        """(mean, var_f, var_y) at scaled X; ``exclude_self`` leaves each query's nearest training row (the row
-        itself, when X are training rows) out of its neighbourhood: leave-one-out predictions."""
+        """(mean, var_f, var_y) at scaled X; ``exclude_self``: X are the training rows, in order, each left out of
+        its own neighbourhood (``nearest_rows``): leave-one-out predictions."""
         k = min(self.n_neighbors, len(self.train_y_) - int(exclude_self))
         means, var_fs = [], []
         noise = self.likelihood_.noise.detach().squeeze()
         for start in range(0, len(X), NEIGHBOUR_ROWS):
             Xq = X[start:start + NEIGHBOUR_ROWS]
-            idx = self.neighbors_.kneighbors(Xq, n_neighbors=k + int(exclude_self), return_distance=False)
-            idx = idx[:, 1:] if exclude_self else idx
+            idx = nearest_rows(self.neighbors_, Xq, k, np.arange(start, start + len(Xq)) if exclude_self else None)
             Xn = torch.as_tensor(self.train_X_[idx], device=self.device)  # (m, k, d)
             yn = torch.as_tensor(self.train_y_[idx], device=self.device)
             xq = torch.as_tensor(Xq, device=self.device).unsqueeze(1)     # (m, 1, d)

@@ -13,6 +13,7 @@ from sklearn.model_selection import KFold
 from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.kernels import make_kernel
+from neuralgp.neighbours import nearest_rows
 
 ALPHAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # App. F.1
 KERNEL_NAMES = ("rbf", "matern32", "matern12")
@@ -147,17 +148,13 @@ class KRRNNRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def predict(self, X, exclude_self: bool = False):
-        """``exclude_self``: X are the training rows, in order, each predicted without itself (by row index: with
-        copies of an input at distance 0 a copy, not the row, may come first)."""
+        """``exclude_self``: X are the training rows, in order, each predicted without itself (``nearest_rows``)."""
         X = np.asarray(X, dtype=np.float64)
         w = min(int(self.n_neighbors), len(self.y_fit_) - int(exclude_self))
         out = np.empty(len(X))
         for start in range(0, len(X), int(self.batch_size)):
             Xb = X[start:start + int(self.batch_size)]
-            idx = self.index_.kneighbors(Xb, n_neighbors=w + int(exclude_self), return_distance=False)
-            if exclude_self:  # the row's own index moved last, then cut
-                own = idx == np.arange(start, start + len(Xb))[:, None]
-                idx = np.take_along_axis(idx, np.argsort(own, axis=1, kind="stable"), axis=1)[:, :w]
+            idx = nearest_rows(self.index_, Xb, w, np.arange(start, start + len(Xb)) if exclude_self else None)
             XN, yN = self.X_fit_[idx], self.y_fit_[idx]  # (b, w, d), (b, w)
             K = gram(self.kernel, self.length_scale, XN) + self.alpha * np.eye(w)
             k_star = gram(self.kernel, self.length_scale, Xb[:, None, :], XN)[:, 0, :]  # (b, w)

@@ -125,3 +125,18 @@ def test_deprecated_gpnn_name_warns_and_is_the_same_estimator():
     with pytest.warns(FutureWarning, match="GPnnRegressor"):
         old = NNGPRegressor(n_neighbors=7)
     assert isinstance(old, GPnnRegressor) and old.get_params() == GPnnRegressor(n_neighbors=7).get_params()
+
+
+def test_gpnn_leave_one_out_leaves_out_the_row_itself_not_a_copy():
+    """With copies of an input, each training row's leave-one-out prediction is GPnn on the other rows."""
+    from neuralgp import GPnnRegressor
+    g = np.random.default_rng(3)
+    base = g.standard_normal((40, 2))
+    Xc = np.vstack([base, base[:5]])
+    yc = np.sin(Xc[:, 0]) + 0.1 * g.standard_normal(45)
+    model = GPnnRegressor(n_neighbors=8, max_iter=3, input_scaling="none", normalize_y=False, validation_fraction=0.0,
+                          verbose=False).fit(Xc, yc)
+    loo = model._predict_scaled(Xc, exclude_self=True)[0]
+    for i in (0, 2, 41):
+        model._index(np.delete(Xc, i, 0), np.delete(yc, i))
+        assert np.isclose(loo[i], model._predict_scaled(Xc[[i]])[0][0], atol=1e-10)

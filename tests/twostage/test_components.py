@@ -181,3 +181,4 @@ def test_noise_strength_is_chosen_by_the_held_out_errors(truth):
     s = shape.choose_strength(err, np.zeros(4000), np.ones(4000), g, norms)
     assert shape.strength_ == truth and set(shape.strength_scores_) == set(STRENGTHS)
     assert np.allclose(s[:2000], np.exp(truth * g[:2000]) / np.mean(np.exp(truth * g[2000:])))
+
