@@ -49,6 +49,11 @@ class NoiseShape:
         return self
 
     def set_strength(self, strength: float) -> None:
+        """ρ, and the normalisation to mean 1 over the training rows that goes with it (a fit-time step: a shape
+        restored by ``from_state`` keeps the ρ it was saved with and no training rows)."""
+        if not hasattr(self, "_g_train"):
+            raise RuntimeError("set_strength() needs the training rows of a fitted NoiseShape; a loaded one keeps "
+                               "the strength it was saved with — refit the model to choose another")
         self.strength_ = float(strength)
         self.norm_ = float(np.mean(np.exp(self.strength_ * self._g_train)))
 

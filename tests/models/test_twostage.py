@@ -246,3 +246,5 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
         one_stage.set_params(noise="heteroscedastic").fit(X, Y)
     assert model.noise_shape_.strength_ in STRENGTHS and loaded.noise_shape_.strength_ == model.noise_shape_.strength_
     assert model.recalibrated_by_ == "held_out_folds"
+    with pytest.raises(RuntimeError, match="loaded one keeps the strength"):
+        loaded.noise_shape_.set_strength(0.5)
