@@ -1,9 +1,12 @@
-"""Predictive metrics. Regression metrics take the predictive mean and std of y (noise included)."""
+"""Predictive metrics. Regression metrics take the predictive mean and std of y (noise included) and, for a
+Student-t predictive, its degrees of freedom ``df`` (> 2: the std is the t's own, √(df/(df − 2)) times its scale);
+``df=None`` is the Gaussian."""
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import betaln, ndtr, ndtri, stdtr, stdtrit
+from scipy.stats import t as student_t
 
 LOG_2PI = np.log(2 * np.pi)
 
@@ -17,6 +20,25 @@ def _regression_inputs(y, mean, std):
     return y, mean, std
 
 
+def _t_scale(std, df):
+    """The scale of a Student-t with ``df`` degrees of freedom whose std is ``std``."""
+    if not df > 2:
+        raise ValueError(f"a Student-t predictive needs df > 2 (a finite std), got {df}")
+    return std * np.sqrt((df - 2) / df)
+
+
+def cdf(z, df=None):
+    """The predictive CDF at standardised errors z = (y − mean)/std (unit variance; Gaussian for ``df=None``)."""
+    z = np.asarray(z, dtype=np.float64)
+    return ndtr(z) if df is None else stdtr(df, z / _t_scale(1.0, df))
+
+
+def quantile(p, df=None):
+    """The unit-variance predictive's p-quantile (the inverse of ``cdf``)."""
+    p = np.asarray(p, dtype=np.float64)
+    return ndtri(p) if df is None else stdtrit(df, p) * _t_scale(1.0, df)
+
+
 def mae(y, mean) -> float:
     return float(np.mean(np.abs(np.asarray(y) - np.asarray(mean))))
 
@@ -25,24 +47,33 @@ def rmse(y, mean) -> float:
     return float(np.sqrt(np.mean((np.asarray(y) - np.asarray(mean)) ** 2)))
 
 
-def nll(y, mean, std) -> float:
-    """Mean Gaussian negative log predictive density of y."""
+def nll(y, mean, std, df=None) -> float:
+    """Mean negative log predictive density of y (Gaussian, or Student-t with ``df``)."""
     y, mean, std = _regression_inputs(y, mean, std)
-    return float(np.mean(0.5 * LOG_2PI + np.log(std) + 0.5 * ((y - mean) / std) ** 2))
+    if df is None:
+        return float(np.mean(0.5 * LOG_2PI + np.log(std) + 0.5 * ((y - mean) / std) ** 2))
+    return float(-np.mean(student_t.logpdf(y, df, loc=mean, scale=_t_scale(std, df))))
 
 
-def crps(y, mean, std) -> float:
-    """Mean CRPS of N(mean, std²) at y (closed form of Gneiting & Raftery 2007)."""
+def crps(y, mean, std, df=None) -> float:
+    """Mean CRPS at y of N(mean, std²) (closed form of Gneiting & Raftery 2007) or of the Student-t with ``df``
+    (closed form of Jordan, Krüger & Lerch 2019, scoringRules' crps_t)."""
     y, mean, std = _regression_inputs(y, mean, std)
-    z = (y - mean) / std
-    pdf = np.exp(-0.5 * z ** 2) / np.sqrt(2 * np.pi)
-    return float(np.mean(std * (z * (2 * ndtr(z) - 1) + 2 * pdf - 1 / np.sqrt(np.pi))))
+    if df is None:
+        z = (y - mean) / std
+        pdf = np.exp(-0.5 * z ** 2) / np.sqrt(2 * np.pi)
+        return float(np.mean(std * (z * (2 * ndtr(z) - 1) + 2 * pdf - 1 / np.sqrt(np.pi))))
+    scale = _t_scale(std, df)
+    u = (y - mean) / scale
+    const = 2 * np.sqrt(df) * np.exp(betaln(0.5, df - 0.5) - 2 * betaln(0.5, df / 2)) / (df - 1)
+    terms = u * (2 * stdtr(df, u) - 1) + 2 * student_t.pdf(u, df) * (df + u ** 2) / (df - 1) - const
+    return float(np.mean(scale * terms))
 
 
-def coverage(y, mean, std, level: float) -> float:
-    """Fraction of y inside the central ``level`` interval mean ± z·std."""
+def coverage(y, mean, std, level: float, df=None) -> float:
+    """Fraction of y inside the central ``level`` interval mean ± q·std (q the predictive's quantile)."""
     y, mean, std = _regression_inputs(y, mean, std)
-    half = ndtri(0.5 + level / 2) * std
+    half = quantile(0.5 + level / 2, df) * std
     return float(np.mean(np.abs(y - mean) <= half))
 
 
@@ -52,12 +83,12 @@ def mean_z2(y, mean, std) -> float:
     return float(np.mean(((y - mean) / std) ** 2))
 
 
-def qice(y, mean, std, n_bins: int = 10) -> float:
-    """Quantile interval coverage error in percent (CARD; two-stage GPR paper): the PIT values Φ((y − mean)/std) fall
+def qice(y, mean, std, n_bins: int = 10, df=None) -> float:
+    """Quantile interval coverage error in percent (CARD; two-stage GPR paper): the PIT values F((y − mean)/std) fall
     into ``n_bins`` equal bins of [0, 1]; QICE = 100 · (1/M) Σ_m |r_m − 1/M| with r_m the fraction in bin m.
     0 for calibrated predictions; at most 100 · 2(M − 1)/M² (all points in one bin)."""
     y, mean, std = _regression_inputs(y, mean, std)
-    pit = ndtr((y - mean) / std)
+    pit = cdf((y - mean) / std, df)
     counts = np.bincount(np.minimum((pit * n_bins).astype(int), n_bins - 1), minlength=n_bins)
     return float(100 * np.mean(np.abs(counts / len(y) - 1 / n_bins)))
 
@@ -72,13 +103,14 @@ def hc_lc_rmse(y, mean, std, q: float = 0.1) -> tuple[float, float]:
     return rmse(y[order[:k]], mean[order[:k]]), rmse(y[order[-k:]], mean[order[-k:]])
 
 
-def regression_report(y, mean, std) -> dict:
-    """All regression metrics in one dict (the keys the CLI and benchmarks print)."""
+def regression_report(y, mean, std, df=None) -> dict:
+    """All regression metrics in one dict (the keys the CLI and benchmarks print); ``df``: a Student-t predictive."""
     hc, lc = hc_lc_rmse(y, mean, std)
-    return {"mae": mae(y, mean), "rmse": rmse(y, mean), "mse": rmse(y, mean) ** 2, "nll": nll(y, mean, std),
-            "crps": crps(y, mean, std), "coverage_50": coverage(y, mean, std, 0.5),
-            "coverage_90": coverage(y, mean, std, 0.9), "coverage_95": coverage(y, mean, std, 0.95),
-            "mean_z2": mean_z2(y, mean, std), "qice": qice(y, mean, std), "hc_rmse": hc, "lc_rmse": lc}
+    return {"mae": mae(y, mean), "rmse": rmse(y, mean), "mse": rmse(y, mean) ** 2, "nll": nll(y, mean, std, df),
+            "crps": crps(y, mean, std, df), "coverage_50": coverage(y, mean, std, 0.5, df),
+            "coverage_90": coverage(y, mean, std, 0.9, df), "coverage_95": coverage(y, mean, std, 0.95, df),
+            "mean_z2": mean_z2(y, mean, std), "qice": qice(y, mean, std, df=df), "hc_rmse": hc, "lc_rmse": lc,
+            "predictive_df": df}
 
 
 def _classification_inputs(y, proba):

@@ -38,6 +38,40 @@ def test_coverage_and_z2():
     assert metrics.mean_z2(big, 0 * big, 1 + 0 * big) == pytest.approx(1.0, abs=0.01)
 
 
+DF = 3.5
+T_SCALE = STD * np.sqrt((DF - 2) / DF)  # the t with DF degrees of freedom whose std is STD
+
+
+def test_student_t_nll_cdf_quantile_and_coverage_match_scipy():
+    assert metrics.nll(Y, MEAN, STD, df=DF) == pytest.approx(-stats.t.logpdf(Y, DF, MEAN, T_SCALE).mean(), rel=1e-12)
+    assert stats.t.std(DF, scale=T_SCALE) == pytest.approx(STD)
+    z = (Y - MEAN) / STD
+    assert np.allclose(metrics.cdf(z, DF), stats.t.cdf(Y, DF, MEAN, T_SCALE), rtol=1e-12)
+    assert np.allclose(metrics.cdf(metrics.quantile([0.05, 0.5, 0.9], DF), DF), [0.05, 0.5, 0.9])
+    for level in (0.5, 0.9, 0.95):
+        lo, hi = stats.t.interval(level, DF, MEAN, T_SCALE)
+        assert metrics.coverage(Y, MEAN, STD, level, df=DF) == pytest.approx(np.mean((Y >= lo) & (Y <= hi)))
+    # a large df is the Gaussian
+    assert metrics.nll(Y, MEAN, STD, df=1e7) == pytest.approx(metrics.nll(Y, MEAN, STD), rel=1e-5)
+    with pytest.raises(ValueError, match="df > 2"):
+        metrics.nll(Y, MEAN, STD, df=2.0)
+
+
+def test_student_t_crps_matches_numerical_integral():
+    def crps_one(y, m, s):
+        f = lambda x: (stats.t.cdf(x, DF, m, s) - (x >= y)) ** 2  # noqa: E731
+        return integrate.quad(f, -np.inf, y, limit=400)[0] + integrate.quad(f, y, np.inf, limit=400)[0]
+    ref = np.mean([crps_one(*t) for t in zip(Y[:10], MEAN[:10], T_SCALE[:10])])
+    assert metrics.crps(Y[:10], MEAN[:10], STD[:10], df=DF) == pytest.approx(ref, rel=1e-6)
+
+
+def test_student_t_pit_of_t_draws_is_uniform():
+    big = stats.t.rvs(DF, scale=np.sqrt((DF - 2) / DF), size=200000, random_state=1)
+    ones = np.ones_like(big)
+    assert metrics.qice(big, 0 * big, ones, df=DF) < 0.3  # sampling error only
+    assert metrics.qice(big, 0 * big, ones) > 1.0  # the Gaussian with the same variance misplaces the PIT
+
+
 def test_regression_input_errors():
     with pytest.raises(ValueError, match="positive"):
         metrics.nll(Y, MEAN, 0 * STD)

@@ -51,13 +51,14 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
     mean, std = model.predict(ds.X_test, return_std=True)
     predict_seconds = time.perf_counter() - t0
     mu, sd = ds.y_train.mean(), ds.y_train.std()
-    report = regression_report((ds.y_test - mu) / sd, (mean - mu) / sd, std / sd)
-    report["coverage_levels"] = [coverage(ds.y_test, mean, std, level) for level in RELIABILITY_LEVELS]
+    df = getattr(model, "predictive_df", None)  # a Student-t predictive's degrees of freedom; None: Gaussian
+    report = regression_report((ds.y_test - mu) / sd, (mean - mu) / sd, std / sd, df)
+    report["coverage_levels"] = [coverage(ds.y_test, mean, std, level, df) for level in RELIABILITY_LEVELS]
     # in the data's own units: RMSE, and the DAK paper's NLPD, every variance + 0.69325 (its code's untrained
     # GPyTorch likelihood; DAK spec §5.2.3), so that its Table 2 can be compared
     report["rmse_original"] = rmse(ds.y_test, mean)
-    report["nll_original"] = nll(ds.y_test, mean, std)
-    report["nll_plus_0693"] = nll(ds.y_test, mean, np.sqrt(std ** 2 + DAK_PAPER_NOISE))
+    report["nll_original"] = nll(ds.y_test, mean, std, df)
+    report["nll_plus_0693"] = nll(ds.y_test, mean, np.sqrt(std ** 2 + DAK_PAPER_NOISE), df)
     noise = getattr(model, "noise_variance_", None)
     log = getattr(model, "train_log_", None)
     report.update(train_seconds=train_seconds, predict_seconds=predict_seconds,
@@ -98,8 +99,9 @@ def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int =
     mean, std = model.predict(X_test, return_std=True)
     predict_seconds = time.perf_counter() - t0
     mu, sd = float(model.y_scaler_.shift_[0]), model._y_scale
-    report = regression_report((y_test - mu) / sd, (mean - mu) / sd, std / sd)
-    report.update(rmse_original=rmse(y_test, mean), nll_original=nll(y_test, mean, std),
+    df = model.predictive_df
+    report = regression_report((y_test - mu) / sd, (mean - mu) / sd, std / sd, df)
+    report.update(rmse_original=rmse(y_test, mean), nll_original=nll(y_test, mean, std, df),
                   train_seconds=fit_seconds, posterior_seconds=posterior_seconds, predict_seconds=predict_seconds,
                   iterations=int(getattr(model, "n_iter_", 0)), n_sample=min(train_rows, n_train),
                   n_posterior_rows=model.n_posterior_rows_, n_test=test_rows,

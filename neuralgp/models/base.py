@@ -17,7 +17,7 @@ from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS, row_slices
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
-from neuralgp.metrics import LOG_2PI
+from neuralgp.metrics import LOG_2PI, quantile
 from neuralgp.models.calibration import fit_temperature, mc_softmax
 from neuralgp.params import check_params
 
@@ -61,6 +61,26 @@ def recalibration_scale(mean_z2: float, mean_z4: float, n: int,
     if n < 2:
         return mean_z2
     return mean_z2 + standard_errors * math.sqrt(max(mean_z4 - mean_z2 ** 2, 0.0) / (n - 1))
+
+
+# the Student-t predictive's degrees of freedom are searched in [MIN_DF, MAX_DF]: above 2 for a finite variance (the
+# std that ``predict`` returns), at the top indistinguishable from the Gaussian
+MIN_DF, MAX_DF = 2.5, 1000.0
+
+
+def student_t_df(z: np.ndarray) -> float:
+    """Degrees of freedom ν of the unit-variance Student-t that maximises the likelihood of held-out z-scores z
+    (errors over their predictive std after recalibration): the variance stays α's, ν only reshapes the predictive
+    around it — peaked with heavy tails where the errors are (small ν), Gaussian where they are Gaussian (ν → ∞)."""
+    from scipy.optimize import minimize_scalar
+    from scipy.stats import t as student_t
+    z = np.asarray(z, dtype=np.float64)
+
+    def loss(log_df):
+        df = np.exp(log_df)
+        return -student_t.logpdf(z, df, scale=np.sqrt((df - 2) / df)).sum()
+
+    return float(np.exp(minimize_scalar(loss, bounds=(np.log(MIN_DF), np.log(MAX_DF)), method="bounded").x))
 
 
 def z2_moments(z2: np.ndarray) -> tuple[float, float, int]:
@@ -211,7 +231,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_", "recalibrated_by_"):  # no half fit
+        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_", "recalibrated_by_",
+                     "predictive_df_"):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)
@@ -406,31 +427,51 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         """Factor on all predictive variances set by ``recalibrate`` (1 before)."""
         return float(getattr(self, "variance_scale_", 1.0))
 
+    @property
+    def predictive_df(self):
+        """Degrees of freedom of a Student-t predictive for y (``predictive_df_``), None for the Gaussian."""
+        return getattr(self, "predictive_df_", None)
+
     # -- prediction ----------------------------------------------------------------------------
     def predict_dist(self, X) -> dict:
-        """Predictive mean and variances of f and of y (noise included), in the units of y."""
+        """Predictive mean and variances of f and of y (noise included), in the units of y; with a Student-t
+        predictive also its degrees of freedom ``df`` (var_y is then the t's variance)."""
         Xs = self._scaled_inputs(X)
         parts = [self._predict_scaled(Xs[i:i + PREDICT_ROWS]) for i in range(0, len(Xs), PREDICT_ROWS)]
         mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
         s2 = self._y_scale ** 2 * self.variance_scale
-        return {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0],
-                "var_f": var_f * s2, "var_y": var_y * s2}
+        dist = {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0], "var_f": var_f * s2, "var_y": var_y * s2}
+        if self.predictive_df is not None:
+            dist["df"] = self.predictive_df
+        return dist
 
     def predict(self, X, return_std: bool = False):
-        """Predictive mean; with ``return_std`` also the predictive std of y (noise included)."""
+        """Predictive mean; with ``return_std`` also the predictive std of y (noise included). For a Student-t
+        predictive (``predictive_df`` not None) mean ± 1.96 std is not its 95 % interval: ``predict_interval``."""
         dist = self.predict_dist(X)
         if return_std:
             return dist["mean"], np.sqrt(dist["var_y"])
         return dist["mean"]
 
+    def predict_interval(self, X, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """The central ``level`` predictive interval of y (lower, upper), from the predictive's own quantiles."""
+        if not 0 < level < 1:
+            raise InputError(f"level must be in (0, 1), got {level}")
+        mean, std = self.predict(X, return_std=True)
+        half = quantile(0.5 + level / 2, self.predictive_df) * std
+        return mean - half, mean + half
+
     # -- persistence ---------------------------------------------------------------------------
     def _payload_extras(self) -> dict:
-        return {"y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale}
+        return {"y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale,
+                "predictive_df": self.predictive_df}
 
     def _load_extras(self, payload: dict):
         self.y_scaler_ = Scaler.from_state(payload["y_scaler"])
         if payload.get("variance_scale", 1.0) != 1.0:  # files from before recalibration existed have none
             self.variance_scale_ = float(payload["variance_scale"])
+        if payload.get("predictive_df") is not None:  # nor from before the Student-t predictive
+            self.predictive_df_ = float(payload["predictive_df"])
 
     @staticmethod
     def _tensor(a, dtype=torch.float32, device="cpu"):

@@ -27,7 +27,7 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor, z2_moments
+from neuralgp.models.base import NeuralGPRegressor, student_t_df, z2_moments
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
@@ -67,7 +67,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     strength chosen on held-out folds, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model
     other than the exact GP; the rows' z-scores for the recalibration are then the held-out folds'),
     "homoscedastic" (the paper's one σ²) or "auto": heteroscedastic with a mean model and the exact variance GP
-    (docs/methods/twostage.md), one σ² with GPnn or SVGP (the shape is not measured there) or mean=None.
+    (docs/methods/twostage.md), one σ² with GPnn or SVGP (the shape is not measured there) or mean=None;
+    ``predictive`` = "gaussian" (the paper's N(mean, variance)) or "student_t": a Student-t with the same mean and
+    variance, its degrees of freedom ``predictive_df_`` fitted by maximum likelihood to the same held-out z-scores
+    as the recalibration (``student_t_df``; beyond the paper: the errors of real data are peaked and heavy-tailed).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -80,12 +83,13 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
-                   "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"), "seed": SEED,
+                   "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
+                   "predictive": one_of("gaussian", "student_t"), "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 recalibrate=True, noise="auto", seed=0, device="cpu", verbose=True):
+                 recalibrate=True, noise="auto", predictive="gaussian", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
         self.kernel = kernel
@@ -98,6 +102,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.input_scaling = input_scaling
         self.recalibrate = recalibrate
         self.noise = noise
+        self.predictive = predictive
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -168,7 +173,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.noise_shape_ = None
         shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
                                                       and self.mean is not None)
-        if self.recalibrate or shaped:  # errors the mean model did not see
+        heavy_tailed = self.predictive == "student_t"
+        if self.recalibrate or shaped or heavy_tailed:  # errors the mean model did not see
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
             err, var_f, noise = self._leave_one_out(X, honest)
@@ -177,9 +183,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                                                self.seed).fit(X, err)
                 err, shape = self._held_out_shape(X, y, var_f, noise)
                 noise = noise * shape
+            var = np.maximum(var_f + noise, np.finfo(np.float64).tiny)
             if self.recalibrate:
-                z2 = err ** 2 / np.maximum(var_f + noise, np.finfo(np.float64).tiny)
-                self._apply_recalibration(z2_moments(z2), "held_out_folds" if shaped else "leave_one_out")
+                self._apply_recalibration(z2_moments(err ** 2 / var), "held_out_folds" if shaped else "leave_one_out")
+            if heavy_tailed:
+                self.predictive_df_ = student_t_df(err / np.sqrt(self.variance_scale * var))
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 

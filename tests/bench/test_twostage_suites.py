@@ -13,13 +13,14 @@ def test_quick_exact_and_warm_start_tables(tmp_path):
     records = read_records(out / "results.jsonl")
     assert {r["model"] for r in records} == {"Exact-GP (RBF)", "Two-stage Exact-GP", "Two-stage (in-sample residuals)",
                                              "Two-stage (RBF variance)", "Two-stage (LOO-recalibrated)",
-                                             "Two-stage (heteroscedastic)"}
+                                             "Two-stage (heteroscedastic)", "Two-stage (Student-t)"}
     for r in records:
         assert r["status"] == "ok" and r["split"] == "gal:0" and 0 <= r["qice"] <= 18
         assert r["variance_seconds"] > 0 and r["train_seconds"] >= r["variance_seconds"]
         # the paper's rows as printed; only the library default recalibrates
         assert (r["variance_scale"] != 1.0) == (r["model"] in ("Two-stage (LOO-recalibrated)",
-                                                               "Two-stage (heteroscedastic)"))
+                                                               "Two-stage (heteroscedastic)", "Two-stage (Student-t)"))
+        assert (r["predictive_df"] is not None) == (r["model"] == "Two-stage (Student-t)")
     table = (out / "table.md").read_text()
     assert "1.29 ± 0.42" in table and table.count("0.41 ± 0.16") == 2  # the paper's Yacht row beside both of ours
     out = run_suite(SUITES["twostage-warmstart"], tmp_path / "warm", dataset_names=["gal/yacht"], quick=True,

@@ -184,7 +184,7 @@ def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     ({"kernel": "cosine"}, ParameterError, "kernel"), ({"mean": "gbm"}, ParameterError, "mean"),
     ({"variance": "vecchia"}, ParameterError, "variance"), ({"n_neighbors": 0}, ParameterError, "n_neighbors"),
     ({"residuals": "loo"}, ParameterError, "residuals"), ({"warm_start": 500}, ValueError, "warm_start = 500"),
-    ({"noise": "student"}, ParameterError, "noise")])
+    ({"noise": "student"}, ParameterError, "noise"), ({"predictive": "t"}, ParameterError, "predictive")])
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
         ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
@@ -248,3 +248,36 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
     assert model.recalibrated_by_ == "held_out_folds"
     with pytest.raises(RuntimeError, match="loaded one keeps the strength"):
         loaded.noise_shape_.set_strength(0.5)
+
+
+@pytest.mark.parametrize("df", [4.0, None])
+def test_student_t_df_recovers_the_tails_of_the_errors(df):
+    from scipy import stats
+    from neuralgp.models.base import MAX_DF, student_t_df
+    g = np.random.default_rng(3)
+    z = g.standard_normal(4000) if df is None else stats.t.rvs(df, scale=np.sqrt((df - 2) / df), size=4000,
+                                                                random_state=g)
+    fitted = student_t_df(z)
+    assert (3.0 < fitted < 5.5) if df else fitted > 50  # Gaussian errors: ν runs to the top (MAX_DF)
+    assert fitted <= MAX_DF
+
+
+def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path):
+    g = np.random.default_rng(4)
+    Xh = g.uniform(-3, 3, (200, 2))
+    yh = np.sin(Xh[:, 0]) + 0.3 * g.standard_t(3, 200)  # heavy-tailed noise
+    kw = {"kernel": "rbf", "noise": "homoscedastic", "verbose": False}
+    gauss = ng.TwoStageGPRegressor(**kw).fit(Xh, yh)
+    heavy = ng.TwoStageGPRegressor(predictive="student_t", **kw).fit(Xh, yh)
+    assert gauss.predictive_df is None and "df" not in gauss.predict_dist(Xh[:5])
+    assert 2.5 <= heavy.predictive_df_ < 15  # the t₃ noise shows in the held-out z-scores
+    for a, b in zip(gauss.predict(Xh[:20], return_std=True), heavy.predict(Xh[:20], return_std=True)):
+        assert np.allclose(a, b)  # ν only reshapes: the same mean and variance
+    mean, std = heavy.predict(Xh[:20], return_std=True)
+    lo, hi = heavy.predict_interval(Xh[:20], 0.9)
+    assert np.allclose(hi - mean, ng.metrics.quantile(0.95, heavy.predictive_df_) * std)
+    assert np.allclose(gauss.predict_interval(Xh[:20], 0.9)[1] - mean, 1.6448536 * std)
+    loaded = ng.load(heavy.save(tmp_path / "t.pt"))
+    assert loaded.predictive_df == heavy.predictive_df_ and loaded.predict_dist(Xh[:3])["df"] == heavy.predictive_df_
+    with pytest.raises(ng.InputError, match="level"):
+        heavy.predict_interval(Xh[:3], 95)

@@ -45,6 +45,7 @@ OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": facto
         "Two-stage (homoscedastic)": factory("twostage", noise="homoscedastic"),
         "Two-stage (no recalibration)": factory("twostage", recalibrate=False, noise="homoscedastic"),
         "Two-stage (RBF variance)": factory("twostage", kernel="rbf", recalibrate=False, noise="homoscedastic"),
+        "Two-stage (Student-t)": factory("twostage", predictive="student_t"),
         "Two-stage NN": factory("twostage-nn"),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm")}
@@ -55,7 +56,8 @@ SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
                                       "Two-stage", "Two-stage (homoscedastic)", "Two-stage (no recalibration)",
-                                      "Two-stage (RBF variance)", "Two-stage NN", "DKM (plain fit)",
+                                      "Two-stage (RBF variance)", "Two-stage (Student-t)", "Two-stage NN",
+                                      "DKM (plain fit)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
