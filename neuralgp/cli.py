@@ -264,6 +264,9 @@ def _cmd_predict(args):
     rows = NpyRows(args.input) if args.input.endswith(".npy") else CsvRows(args.input, target=None)
     output = model.predict_rows(rows, args.output)
     print(f"wrote {rows.n_rows} predictions to {output}")
+    if getattr(model, "predictive_df", None) is not None:
+        print(f"the predictive is a Student-t with {model.predictive_df:.3g} degrees of freedom: std is its std, and "
+              "its central interval is mean ± neuralgp.metrics.quantile(0.5 + level / 2, df) · std")
 
 
 def _cmd_bench(args):

@@ -8,6 +8,7 @@ import torch
 from sklearn.dummy import DummyRegressor
 
 import neuralgp as ng
+from neuralgp.cli import main
 from neuralgp.errors import ParameterError
 from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, leave_one_out, predictive_variance
 from neuralgp.twostage.noise import STRENGTHS
@@ -262,7 +263,7 @@ def test_student_t_df_recovers_the_tails_of_the_errors(df):
     assert fitted <= MAX_DF
 
 
-def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path):
+def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path, capsys):
     g = np.random.default_rng(4)
     Xh = g.uniform(-3, 3, (200, 2))
     yh = np.sin(Xh[:, 0]) + 0.3 * g.standard_t(3, 200)  # heavy-tailed noise
@@ -279,5 +280,8 @@ def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path
     assert np.allclose(gauss.predict_interval(Xh[:20], 0.9)[1] - mean, 1.6448536 * std)
     loaded = ng.load(heavy.save(tmp_path / "t.pt"))
     assert loaded.predictive_df == heavy.predictive_df_ and loaded.predict_dist(Xh[:3])["df"] == heavy.predictive_df_
+    np.save(tmp_path / "x.npy", Xh[:4])
+    main(["predict", str(tmp_path / "t.pt"), str(tmp_path / "x.npy"), "--output", str(tmp_path / "p.npy")])
+    assert "Student-t" in capsys.readouterr().out  # the command line says what the std column means
     with pytest.raises(ng.InputError, match="level"):
         heavy.predict_interval(Xh[:3], 95)
