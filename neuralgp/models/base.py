@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 import torch
+from scipy.optimize import minimize_scalar
+from scipy.stats import t as student_t
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from tqdm.auto import tqdm
 
@@ -72,8 +74,6 @@ def student_t_df(z: np.ndarray) -> float:
     """Degrees of freedom ν of the unit-variance Student-t that maximises the likelihood of held-out z-scores z
     (errors over their predictive std after recalibration): the variance stays α's, ν only reshapes the predictive
     around it — peaked with heavy tails where the errors are (small ν), Gaussian where they are Gaussian (ν → ∞)."""
-    from scipy.optimize import minimize_scalar
-    from scipy.stats import t as student_t
     z = np.asarray(z, dtype=np.float64)
 
     def loss(log_df):
