@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
-from scipy.stats import t as student_t
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from tqdm.auto import tqdm
 
@@ -19,7 +18,7 @@ from neuralgp.chunking import PREDICT_ROWS, SOFTMAX_ROWS, row_slices
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import InputError, NotFittedError, check_labels, check_X, check_X_y
 from neuralgp.io import save_model
-from neuralgp.metrics import LOG_2PI, quantile
+from neuralgp.metrics import LOG_2PI, nll, quantile
 from neuralgp.models.calibration import fit_temperature, mc_softmax
 from neuralgp.params import check_params
 
@@ -75,11 +74,8 @@ def student_t_df(z: np.ndarray) -> float:
     (errors over their predictive std after recalibration): the variance stays α's, ν only reshapes the predictive
     around it — peaked with heavy tails where the errors are (small ν), Gaussian where they are Gaussian (ν → ∞)."""
     z = np.asarray(z, dtype=np.float64)
-
-    def loss(log_df):
-        df = np.exp(log_df)
-        return -student_t.logpdf(z, df, scale=np.sqrt((df - 2) / df)).sum()
-
+    zero, one = np.zeros_like(z), np.ones_like(z)
+    loss = lambda log_df: nll(z, zero, one, np.exp(log_df))  # noqa: E731  (the metric's own unit-variance t)
     return float(np.exp(minimize_scalar(loss, bounds=(np.log(MIN_DF), np.log(MAX_DF)), method="bounded").x))
 
 
