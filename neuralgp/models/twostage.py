@@ -58,9 +58,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one
     of them; ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when
     there are more than 400 rows, else none; None or False — scikit-learn's "no
-    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the variance
-    model trains and predicts ("cuda" for the exact GP's O(n³) Cholesky steps at large n; kernel ridge and the
-    kernel search stay on the CPU, in scikit-learn); ``recalibrate`` = scale the variances by α from the training
+    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the exact
+    variance GP and kernel ridge (the mean, the noise shape) compute ("cuda" for their O(n³) Cholesky and
+    eigendecomposition steps at large n), and GPnn or SVGP (their own ``device``); the kernel search's 500-row
+    fits and KRRNN's small solves stay on the CPU); ``recalibrate`` = scale the variances by α from the training
     rows' leave-one-out z-scores (``_leave_one_out``; with the noise shape, the held-out folds' z-scores of
     ``_held_out_shape``; the paper has no such step: False gives its algorithms);
     ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals, its
@@ -109,7 +110,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
 
     def _fit_mean(self, X, y):
         if isinstance(self.mean, str):
-            return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed)
+            return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed,
+                                    device=self.device)
         return clone(self.mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
@@ -180,7 +182,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             err, var_f, noise = self._leave_one_out(X, honest)
             if shaped:
                 self.noise_shape_ = NoiseShape(None if self.variance == "exact" else self.n_neighbors,
-                                               self.seed).fit(X, err)
+                                               self.seed, device=self.device).fit(X, err)
                 err, shape = self._held_out_shape(X, y, var_f, noise)
                 noise = noise * shape
             var = np.maximum(var_f + noise, np.finfo(np.float64).tiny)
@@ -272,11 +274,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                 "residual_scale": self.residual_scale_, "noise_shape": shape}
 
     def _restore(self, state: dict):
-        self.mean_model_ = None if state["mean"] is None else ridge_from_state(state["mean"])
+        self.mean_model_ = None if state["mean"] is None else ridge_from_state(state["mean"], self.device)
         self.kernel_, self.kernel_scores_ = state["kernel"], state["kernel_scores"]
         self.residual_scale_ = state["residual_scale"]
         shape = state.get("noise_shape")  # files from before the option have none
-        self.noise_shape_ = None if shape is None else NoiseShape.from_state(shape)
+        self.noise_shape_ = None if shape is None else NoiseShape.from_state(shape, self.device)
         g = state["variance"]
         if self.variance == "exact":
             gp = ZeroMeanGP(g["X"].to(self.device), g["r"].to(self.device), gpytorch.likelihoods.GaussianLikelihood(),

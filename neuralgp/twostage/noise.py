@@ -35,15 +35,16 @@ def profile_nll(err, var) -> float:
 class NoiseShape:
     """s(x) ≥ 0 of mean 1 over the training rows. ``n_neighbors`` = None: kernel ridge on all rows (O(n³), the
     exact pipeline); a number: KRRNN on that many neighbours, its hyper-parameters by CV on a subsample (the
-    scalable pipeline's cost). ``strength_`` ρ: 1 after ``fit``, set by ``choose_strength``."""
+    scalable pipeline's cost); ``device`` = where kernel ridge computes (``ridge.KernelRidgeCV``). ``strength_`` ρ: 1 after ``fit``, set by ``choose_strength``."""
 
-    def __init__(self, n_neighbors: int | None = None, seed: int = 0, alphas=SHAPE_ALPHAS):
+    def __init__(self, n_neighbors: int | None = None, seed: int = 0, alphas=SHAPE_ALPHAS, device="cpu"):
         self.n_neighbors = n_neighbors
         self.seed = seed
         self.alphas = alphas
+        self.device = device
 
     def fit(self, X, r) -> "NoiseShape":
-        self.model_ = fit_kernel_ridge(X, _targets(r), self.n_neighbors, self.seed, self.alphas)
+        self.model_ = fit_kernel_ridge(X, _targets(r), self.n_neighbors, self.seed, self.alphas, self.device)
         self._g_train = self.model_.predict(X)
         self.set_strength(1.0)
         return self
@@ -92,8 +93,8 @@ class NoiseShape:
                 "strength": self.strength_}
 
     @classmethod
-    def from_state(cls, state: dict) -> "NoiseShape":
-        shape = cls(state["n_neighbors"])
-        shape.model_, shape.norm_ = ridge_from_state(state["model"]), state["norm"]
+    def from_state(cls, state: dict, device="cpu") -> "NoiseShape":
+        shape = cls(state["n_neighbors"], device=device)
+        shape.model_, shape.norm_ = ridge_from_state(state["model"], device), state["norm"]
         shape.strength_ = state.get("strength", 1.0)  # files from before the strength was chosen
         return shape

@@ -1,14 +1,14 @@
-"""Kernel ridge regression, the two-stage mean model: scikit-learn's KernelRidge on Gram matrices of the registry's
-GPyTorch kernels, its regulariser, kernel and lengthscale chosen by K-fold cross-validation (the paper's App. F.1
-grid), and KRRNN — kernel ridge on each test point's w nearest training neighbours (Algorithm 6), batched."""
+"""Kernel ridge regression, the two-stage mean model: (K + λI)⁻¹y on Gram matrices of the registry's GPyTorch
+kernels — the system scikit-learn's KernelRidge solves (the tests compare the two), here one float64 Cholesky in
+torch so that the O(n³) steps run on a GPU when asked — its regulariser, kernel and lengthscale chosen by K-fold
+cross-validation (the paper's App. F.1 grid), and KRRNN — kernel ridge on each test point's w nearest training
+neighbours (Algorithm 6), batched."""
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import KFold
 from sklearn.neighbors import NearestNeighbors
 
@@ -22,15 +22,20 @@ EDGE_STEPS = 3  # the lengthscale grid grows by factors of 2 past an end that wi
 CV_MAX_ROWS = 2000  # the search runs on a random subsample of at most this many rows; the final fit on all
 
 
-def gram(kernel: str, length_scale: float, A, B=None) -> np.ndarray:
-    """k(A, B) of the registry's kernel with unit output scale, float64; A and B may carry a leading batch axis
-    ((b, n, d) and (b, m, d) give (b, n, m))."""
-    k = make_kernel(kernel, lengthscale=length_scale).double()
+def gram_tensor(kernel: str, length_scale: float, A, B=None, device="cpu") -> torch.Tensor:
+    """k(A, B) of the registry's kernel with unit output scale, a float64 tensor on ``device``; A and B may carry a
+    leading batch axis ((b, n, d) and (b, m, d) give (b, n, m))."""
+    k = make_kernel(kernel, lengthscale=length_scale).to(device=device, dtype=torch.float64)
     k.outputscale = 1.0
-    A = torch.as_tensor(np.asarray(A, dtype=np.float64))
-    B = A if B is None else torch.as_tensor(np.asarray(B, dtype=np.float64))
+    A = torch.as_tensor(np.asarray(A, dtype=np.float64), device=device)
+    B = A if B is None else torch.as_tensor(np.asarray(B, dtype=np.float64), device=device)
     with torch.no_grad():
-        return k(A, B).to_dense().numpy()
+        return k(A, B).to_dense()
+
+
+def gram(kernel: str, length_scale: float, A, B=None) -> np.ndarray:
+    """``gram_tensor`` on the CPU as a NumPy array (for scikit-learn's precomputed kernels)."""
+    return gram_tensor(kernel, length_scale, A, B).numpy()
 
 
 def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
@@ -44,17 +49,21 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
 
 
 def cv_mse(K, y, splits, alphas) -> np.ndarray:
-    """The K-fold cross-validated MSE of kernel ridge on the Gram matrix ``K`` for every λ in ``alphas``: the mean
-    over folds of each fold's MSE, what GridSearchCV(KernelRidge(kernel="precomputed"), scoring=MSE) gives, from
-    one eigendecomposition per fold instead of one solve per fold and λ (eigenvalues clipped at 0 against round-off;
-    six λ, 1 thread: 4× faster than GridSearchCV at 300 rows, 1.8× at 1000, even at 2000)."""
-    out = np.zeros(len(alphas))
+    """The K-fold cross-validated MSE of kernel ridge on the Gram matrix ``K`` (array or tensor; the work runs where
+    a tensor lives) for every λ in ``alphas``: the mean over folds of each fold's MSE, what
+    GridSearchCV(KernelRidge(kernel="precomputed"), scoring=MSE) gives, from one eigendecomposition per fold instead
+    of one solve per fold and λ (eigenvalues clipped at 0 against round-off; six λ, 1 thread: 4× faster than
+    GridSearchCV at 300 rows, 1.8× at 1000, even at 2000)."""
+    K = torch.as_tensor(K, dtype=torch.float64)
+    y = torch.as_tensor(np.asarray(y, dtype=np.float64), device=K.device)
+    out = torch.zeros(len(alphas), dtype=torch.float64, device=K.device)
     for train, test in splits:
-        e, V = np.linalg.eigh(K[np.ix_(train, train)])
-        Vy, KV = V.T @ y[train], K[np.ix_(test, train)] @ V
+        train, test = torch.as_tensor(train, device=K.device), torch.as_tensor(test, device=K.device)
+        e, V = torch.linalg.eigh(K[train][:, train])
+        Vy, KV, e = V.T @ y[train], K[test][:, train] @ V, e.clamp_min(0.0)
         for j, alpha in enumerate(alphas):
-            out[j] += np.mean((y[test] - KV @ (Vy / (np.clip(e, 0, None) + alpha))) ** 2)
-    return out / len(splits)
+            out[j] += torch.mean((y[test] - KV @ (Vy / (e + alpha))) ** 2)
+    return (out / len(splits)).cpu().numpy()
 
 
 class KernelRidgeCV(RegressorMixin, BaseEstimator):
@@ -65,10 +74,11 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     stops at 2 × left their mean model's test RMSE 16–91 % higher (split 0; docs/methods/twostage.md). Fitted:
     ``kernel_``, ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, and with
     ``refit`` (the final O(n³) fit on all rows) ``dual_coef_`` and ``X_fit_``; ``refit=False`` only chooses the
-    hyper-parameters (what KRRNN needs)."""
+    hyper-parameters (what KRRNN needs). ``device``: where the Gram matrices, eigendecompositions and Cholesky
+    factors are computed (float64 torch; "cuda" for the O(n³) steps at large n); fitted arrays are NumPy."""
 
     def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS,
-                 edge_steps=EDGE_STEPS, cv=5, refit=True, seed=0):
+                 edge_steps=EDGE_STEPS, cv=5, refit=True, seed=0, device="cpu"):
         self.kernels = kernels
         self.alphas = alphas
         self.length_scales = length_scales
@@ -76,6 +86,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         self.cv = cv
         self.refit = refit
         self.seed = seed
+        self.device = device
 
     def fit(self, X, y):
         X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -88,7 +99,8 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         def search(factors):
             for kernel in self.kernels:
                 for factor in factors:
-                    mse = cv_mse(gram(kernel, factor * scale, X[rows]), y[rows], splits, self.alphas)
+                    mse = cv_mse(gram_tensor(kernel, factor * scale, X[rows], device=self.device), y[rows], splits,
+                                 self.alphas)
                     for alpha, value in zip(self.alphas, mse):
                         self.cv_mse_[(kernel, factor * scale, float(alpha))] = float(value)
             return min(self.cv_mse_, key=self.cv_mse_.get)
@@ -107,25 +119,30 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         self.kernel_, self.length_scale_, self.alpha_ = best
         return self.fit_chosen(X, y) if self.refit else self
 
+    def _cholesky(self) -> torch.Tensor:
+        """The Cholesky factor of K + λI at the training rows, on ``device``."""
+        K = gram_tensor(self.kernel_, self.length_scale_, self.X_fit_, device=self.device)
+        return torch.linalg.cholesky(K + self.alpha_ * torch.eye(len(K), dtype=K.dtype, device=K.device))
+
     def fit_chosen(self, X, y) -> "KernelRidgeCV":
-        """The final fit: kernel ridge with the chosen ``kernel_``, ``length_scale_`` and ``alpha_`` on all rows."""
+        """The final fit: kernel ridge with the chosen ``kernel_``, ``length_scale_`` and ``alpha_`` on all rows,
+        (K + λI)⁻¹y by one Cholesky solve (scikit-learn's KernelRidge solves the same system on the CPU)."""
         self.X_fit_ = np.asarray(X, dtype=np.float64)
-        self.dual_coef_ = KernelRidge(alpha=self.alpha_, kernel="precomputed").fit(
-            gram(self.kernel_, self.length_scale_, self.X_fit_), np.asarray(y, dtype=np.float64)).dual_coef_
+        L = self._cholesky()
+        y = torch.as_tensor(np.asarray(y, dtype=np.float64), device=L.device)
+        self.dual_coef_ = torch.cholesky_solve(y[:, None], L)[:, 0].cpu().numpy()
         return self
 
     def loo_residuals(self) -> np.ndarray:
         """Exact leave-one-out residuals of the fitted model at its own training rows, no refits: with
         A = (K + λI)⁻¹, the residual of row i from the same λ, kernel and lengthscale fitted without it is
         (A y)_i / A_ii, and A y is ``dual_coef_``. One n × n Cholesky inverse."""
-        K = gram(self.kernel_, self.length_scale_, self.X_fit_)
-        K[np.diag_indices_from(K)] += self.alpha_
-        A = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K), np.eye(len(K)))
-        return self.dual_coef_ / np.diag(A)
+        return self.dual_coef_ / torch.diagonal(torch.cholesky_inverse(self._cholesky())).cpu().numpy()
 
     def predict(self, X):
         """k(X, X_fit) · dual coefficients, as ``KernelRidge.predict``."""
-        return gram(self.kernel_, self.length_scale_, np.asarray(X, dtype=np.float64), self.X_fit_) @ self.dual_coef_
+        K = gram_tensor(self.kernel_, self.length_scale_, np.asarray(X, dtype=np.float64), self.X_fit_, self.device)
+        return (K @ torch.as_tensor(self.dual_coef_, device=K.device)).cpu().numpy()
 
 
 class KRRNNRegressor(RegressorMixin, BaseEstimator):
@@ -170,11 +187,11 @@ def ridge_state(model) -> dict:
             "X": torch.as_tensor(model.X_fit_), "dual_coef": torch.as_tensor(model.dual_coef_)}
 
 
-def ridge_from_state(state: dict):
-    """The predicting model back from ``ridge_state``."""
+def ridge_from_state(state: dict, device="cpu"):
+    """The predicting model back from ``ridge_state`` (a KernelRidgeCV predicting on ``device``)."""
     if "params" in state:
         return KRRNNRegressor(**state["params"]).fit(state["X"].numpy(), state["y"].numpy())
-    model = KernelRidgeCV()
+    model = KernelRidgeCV(device=device)
     model.kernel_, model.length_scale_, model.alpha_ = state["kernel"], state["length_scale"], state["alpha"]
     model.X_fit_, model.dual_coef_ = state["X"].numpy(), state["dual_coef"].numpy()
     return model
@@ -184,15 +201,16 @@ def refit_kernel_ridge(model, X, y):
     """A fitted KernelRidgeCV or KRRNNRegressor's hyper-parameters fitted to other rows (no search)."""
     if isinstance(model, KRRNNRegressor):
         return KRRNNRegressor(**model.get_params()).fit(X, y)
-    refit = KernelRidgeCV()
+    refit = KernelRidgeCV(device=model.device)
     refit.kernel_, refit.length_scale_, refit.alpha_ = model.kernel_, model.length_scale_, model.alpha_
     return refit.fit_chosen(X, y)
 
 
-def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS):
+def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS, device="cpu"):
     """Kernel ridge on all rows (``n_neighbors`` None: KernelRidgeCV, O(n³)) or KRRNN on ``n_neighbors`` with the
-    hyper-parameters KernelRidgeCV chooses on its subsample (the scalable pipeline, Algorithm 6 line 2)."""
+    hyper-parameters KernelRidgeCV chooses on its subsample (the scalable pipeline, Algorithm 6 line 2; KRRNN's
+    small solves stay on the CPU)."""
     if n_neighbors is None:
-        return KernelRidgeCV(alphas=alphas, seed=seed).fit(X, y)
-    cv = KernelRidgeCV(alphas=alphas, refit=False, seed=seed).fit(X, y)
+        return KernelRidgeCV(alphas=alphas, seed=seed, device=device).fit(X, y)
+    cv = KernelRidgeCV(alphas=alphas, refit=False, seed=seed, device=device).fit(X, y)
     return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, n_neighbors).fit(X, y)
