@@ -124,8 +124,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def environment() -> dict:
-    """Library versions, threads, machine, device, the git commit and the command of this process."""
+def device_name(device=None) -> str:
+    """The GPU's name when ``device`` is a CUDA device (None: the first GPU if there is one), else "cpu": where the
+    models of a run compute, not what the machine has (a CPU run on a GPU machine is a CPU run)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:
+        raise InputError(f"unknown device {device!r} ({e}); use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    return torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else "cpu"
+
+
+def environment(device=None) -> dict:
+    """Library versions, threads, machine, the device the run computes on (``device_name``), the git commit and
+    the command of this process."""
     import gpytorch
     import scipy
     import sklearn
@@ -134,7 +147,7 @@ def environment() -> dict:
             "numpy": np.__version__, "scipy": scipy.__version__, "sklearn": sklearn.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "machine": f"{platform.machine()} {platform.node()}", "cpu": _cpu_model(),
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "device": device_name(device),
             "commit": source_commit(), "command": shlex.join(["neuralgp", *sys.argv[1:]])}
 
 
@@ -188,7 +201,7 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
                          f"into {out} first (or drop --report-only)")
     out.mkdir(parents=True, exist_ok=True)
     done = {(r["model"], r["dataset"], r["seed"], r["quick"]) for r in read_records(results)}
-    env = environment()
+    env = environment(device)
     jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds_of(d) for m in model_names
                                    if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from neuralgp.bench.runner import read_records, run_suite
 from neuralgp.bench.suites import SUITES
@@ -147,3 +148,12 @@ def test_a_split_the_model_refuses_is_recorded_as_failed_and_the_job_goes_on(tmp
     records = read_records(run_suite(suite, tmp_path, verbose=False) / "results.jsonl")
     assert [(r["seed"], r["status"]) for r in records] == [(0, "failed"), (1, "ok")]
     assert "y is constant" in records[0]["reason"]
+
+
+def test_records_name_the_device_the_models_ran_on_not_the_machines_gpu():
+    from neuralgp.bench.runner import device_name, environment
+    assert device_name("cpu") == environment("cpu")["device"] == "cpu"  # a CPU run on a GPU machine is a CPU run
+    if torch.cuda.is_available():
+        assert device_name("cuda") == torch.cuda.get_device_name(0)
+    with pytest.raises(InputError, match="unknown device 'gpu'"):
+        device_name("gpu")
