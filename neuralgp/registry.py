@@ -51,12 +51,12 @@ ESTIMATORS = {
     "svdkl-grid": Entry("GPyTorch SV-DKL as in the DAK paper: 16 network outputs, a 1-D grid (KISS-GP) variational "
                         "GP on each, mixed linearly", GridSVDKLRegressor),
     "twostage": Entry("two-stage GP: kernel-ridge mean, exact GP variance on cross-fitted residuals, kernel search, "
-                      "subsample warm start, heteroscedastic noise, variances recalibrated by leave-one-out z²",
+                      "subsample warm start, heteroscedastic noise, variances recalibrated by held-out z², Student-t predictive",
                       TwoStageGPRegressor),
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "
                          "leave-one-out residuals, kernel search, variances recalibrated by leave-one-out z²",
                          TwoStageGPRegressor,
-                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None}),
+                         params={"mean": "krrnn", "variance": "gpnn", "warm_start": None, "predictive": "gaussian"}),
     "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
                      NetworkRegressor, NetworkClassifier),
     "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",

@@ -268,8 +268,8 @@ def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path
     Xh = g.uniform(-3, 3, (200, 2))
     yh = np.sin(Xh[:, 0]) + 0.3 * g.standard_t(3, 200)  # heavy-tailed noise
     kw = {"kernel": "rbf", "noise": "homoscedastic", "verbose": False}
-    gauss = ng.TwoStageGPRegressor(**kw).fit(Xh, yh)
-    heavy = ng.TwoStageGPRegressor(predictive="student_t", **kw).fit(Xh, yh)
+    gauss = ng.TwoStageGPRegressor(predictive="gaussian", **kw).fit(Xh, yh)
+    heavy = ng.TwoStageGPRegressor(**kw).fit(Xh, yh)  # the default: Student-t
     assert gauss.predictive_df is None and "df" not in gauss.predict_dist(Xh[:5])
     assert 2.5 <= heavy.predictive_df_ < 15  # the t₃ noise shows in the held-out z-scores
     for a, b in zip(gauss.predict(Xh[:20], return_std=True), heavy.predict(Xh[:20], return_std=True)):
