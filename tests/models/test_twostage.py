@@ -287,6 +287,17 @@ def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path
         heavy.predict_interval(Xh[:3], 95)
 
 
+def test_a_file_from_before_the_student_t_default_loads_as_the_gaussian_it_was(tmp_path):
+    model = ng.TwoStageGPRegressor(kernel="rbf", noise="homoscedastic", predictive="gaussian", verbose=False)
+    path = model.fit(X[:60], Y[:60]).save(tmp_path / "old.pt")
+    saved = torch.load(path, weights_only=True)
+    del saved["params"]["predictive"]  # what files saved before the option hold
+    torch.save(saved, path)
+    loaded = ng.load(path)
+    assert loaded.predictive == "gaussian" and loaded.predictive_df is None
+    assert np.allclose(loaded.predict(X[60:], return_std=True), model.predict(X[60:], return_std=True))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_a_fit_on_the_gpu_equals_the_fit_on_the_cpu():
     """device="cuda" moves kernel ridge (mean, noise shape) and the variance GP to the GPU: the same float64 math."""
