@@ -35,7 +35,8 @@ def profile_nll(err, var) -> float:
 class NoiseShape:
     """s(x) ≥ 0 of mean 1 over the training rows. ``n_neighbors`` = None: kernel ridge on all rows (O(n³), the
     exact pipeline); a number: KRRNN on that many neighbours, its hyper-parameters by CV on a subsample (the
-    scalable pipeline's cost); ``device`` = where kernel ridge computes (``ridge.KernelRidgeCV``). ``strength_`` ρ: 1 after ``fit``, set by ``choose_strength``."""
+    scalable pipeline's cost); ``device`` = where kernel ridge computes (``ridge.KernelRidgeCV``). ``strength_`` ρ:
+    1 after ``fit``, set by ``choose_strength``."""
 
     def __init__(self, n_neighbors: int | None = None, seed: int = 0, alphas=SHAPE_ALPHAS, device="cpu"):
         self.n_neighbors = n_neighbors

@@ -213,12 +213,13 @@ SUITES = [
           DATASETS, METRICS, seeds=gal_seeds, split=gal_split,
           paper=_paper(PAPER_TABLE2, ("Exact-GP (RBF)", ("Two-stage Exact-GP", "Two-stage (in-sample residuals)"))),
           quick_datasets=["gal/yacht"], budget_s=7200.0,
-          note=TWOSTAGE_NOTE + " 'Two-stage Exact-GP' is Algorithm 7 with our cross-fitted residuals; 'LOO-recalibrated' "
-               "adds the leave-one-out variance scale, which the paper has not; 'heteroscedastic' (the library default "
-               "before its Student-t predictive) also scales the noise by a kernel ridge fit of the log squared residuals (beyond the paper); 'in-sample "
-               "residuals' is the paper's Algorithm 7 as printed; 'RBF variance' fixes the variance GP's kernel "
-               "instead of searching it; 'Student-t' (the library default) is 'heteroscedastic' with a Student-t predictive of the same mean and "
-               "variance, its degrees of freedom fitted to the recalibration's held-out z-scores (beyond the paper); "
+          note=TWOSTAGE_NOTE + " 'Two-stage Exact-GP' is Algorithm 7 with our cross-fitted residuals; "
+               "'LOO-recalibrated' adds the leave-one-out variance scale, which the paper has not; 'heteroscedastic' "
+               "(the library default before its Student-t predictive) also scales the noise by a kernel ridge fit of "
+               "the log squared residuals (beyond the paper); 'in-sample residuals' is the paper's Algorithm 7 as "
+               "printed; 'RBF variance' fixes the variance GP's kernel instead of searching it; 'Student-t' (the "
+               "library default) is 'heteroscedastic' with a Student-t predictive of the same mean and variance, its "
+               "degrees of freedom fitted to the recalibration's held-out z-scores (beyond the paper); "
                "the paper's two-stage numbers stand beside the first two. "
                "Warm start: 100 steps on "
                "200 random rows, then 10 on all (above 400 rows).",
