@@ -126,12 +126,71 @@ class InducedGrid:
         if self.kernel != "laplace":
             index = torch.arange(self.size, device=h.device).expand(*h.shape, self.size)
             return index, self(h)
-        if self._tables is not None:
-            index, coefs = self._tables
-            tables = (index.to(h.device), coefs.to(h.device, h.dtype))
-            return _LaplaceActivations.apply(h, tables, self.interval, self.level, self.lengthscale)
+        return _LaplaceActivations.apply(h, self)
+
+    def activations(self, h: torch.Tensor):
+        """Laplace kernel only, outside autograd: (index, value, slope) of φ(h)'s ≤ L non-zeros, slope = dφ/dh,
+        each h.shape + (L,). From the per-cell tables (``_laplace_tables``): two exponentials per h whatever the
+        level, φ_ℓ = α e^{−z} + β e^{z}, z = (h − c_k)/θ, dφ_ℓ/dh = (β e^{z} − α e^{−z})/θ; outside the interval
+        φ(h) = φ(nearest end)·e^{−dist/θ}. Otherwise from the ≤ 3-point stencil of h's column at each level:
+        φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ."""
+        if self.kernel != "laplace":
+            raise ValueError("activations() with slopes is for the Laplace kernel; use grid(h) for Matérn-3/2")
+        (lo, hi), theta = self.interval, self.lengthscale
+        if self._tables is None:
+            return self._stencil_activations(h)
+        index_table, coefs = self._tables
+        index_table, coefs = index_table.to(h.device), coefs.to(h.device, h.dtype)
+        L = self.level
+        outside = not self.inside(h)
+        inside = h.clamp(lo, hi) if outside else h
+        cell, z = self.cells(inside)
+        cell = cell.long().reshape(-1)
+        down = torch.exp(-z).unsqueeze(-1)
+        up = down.reciprocal()
+        ab = coefs.index_select(0, cell).view(*h.shape, 2 * L)
+        a_down, b_up = ab[..., :L] * down, ab[..., L:] * up
+        value = a_down + b_up
+        slope = (b_up - a_down).div_(theta)
+        if outside:
+            side = (h > hi).to(h.dtype) - (h < lo).to(h.dtype)  # +1 right of the interval, −1 left, 0 inside
+            value = value * torch.exp(-(h - inside).abs() / theta).unsqueeze(-1)
+            slope = (slope * (1.0 - side.abs()).unsqueeze(-1) - side.unsqueeze(-1) * value / theta)
+        index = index_table.index_select(0, cell).view(*h.shape, L)
+        return index, value, slope
+
+    def inside(self, h: torch.Tensor) -> bool:
+        """Whether every entry of h lies in the interval (where ``cells`` and the tables apply)."""
+        if not h.numel():
+            return True
+        low, high = torch.aminmax(h)
+        return bool(low >= self.interval[0] and high <= self.interval[1])
+
+    def cells(self, h: torch.Tensor):
+        """For h inside the interval: the index k of its fine cell (one of the 2^L between consecutive grid points
+        of all levels; a float tensor of integers) and z = (h − c_k)/θ, c_k the cell's centre; h's shape each."""
+        (lo, hi), n_cells = self.interval, 2 ** self.level
+        position = (h - lo) * (n_cells / (hi - lo))  # in cell widths from lo
+        cell = position.floor().clamp_(0, n_cells - 1)
+        return cell, (position - cell).sub_(0.5).mul_((hi - lo) / n_cells / self.lengthscale)
+
+    @property
+    def tables(self):
+        """The Laplace kernel's per-cell tables below ``TABLE_LEVEL`` (else None): for cell k and level ℓ the column
+        of h's non-zero, (2^L, L) int64, and (α | β) with φ_ℓ(h) = α e^{−z} + β e^{z}, (2^L, 2L) float64."""
+        return self._tables
+
+    def _stencil_activations(self, h):
+        (lo, hi), theta = self.interval, self.lengthscale
         stencil = torch.cat(self._stencil, 1).to(device=h.device, dtype=h.dtype)  # (M, 6): points, coefficients
-        return _LaplaceActivations.apply(h, stencil, self.interval, self.level, self.lengthscale)
+        counts = 2 ** torch.arange(self.level, device=h.device)  # columns per level: 1, 2, 4, …
+        t = ((h - lo) / (hi - lo)).unsqueeze(-1)
+        cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
+        index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
+        rows = stencil.index_select(0, index.reshape(-1)).view(*index.shape, 6)
+        diff = h[..., None, None] - rows[..., :3]  # (..., L, 3)
+        terms = rows[..., 3:] * torch.exp(-diff.abs() / theta)  # exp(−inf) = 0 at the missing ends
+        return index, terms.sum(-1), (terms * torch.sign(diff)).sum(-1).div_(-theta)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """Dense activations φ(h) = k(h, U) R, shape h.shape + (M,), in h's dtype."""
@@ -147,43 +206,12 @@ class InducedGrid:
 
 
 class _LaplaceActivations(torch.autograd.Function):
-    """φ(h) for the Laplace kernel, at most one non-zero per level, and its derivative in the same pass (one node in
-    the graph). From the per-cell tables (``InducedGrid._laplace_tables``): two exponentials per h whatever the level,
-    φ_ℓ = α e^{−z} + β e^{z}, z = (h − c_k)/θ, dφ_ℓ/dh = (β e^{z} − α e^{−z})/θ; outside the interval φ(h) =
-    φ(nearest end)·e^{−dist/θ}. Otherwise from the ≤ 3-point stencil of h's column at each level:
-    φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ."""
+    """φ(h) for the Laplace kernel (``InducedGrid.activations``) as one node of the graph, its derivative computed in
+    the same pass."""
 
     @staticmethod
-    def forward(ctx, h, tables, interval, level, lengthscale):
-        lo, hi = interval
-        if isinstance(tables, tuple):
-            index_table, coefs = tables  # (2^L, L), (2^L, 2L): [α | β]
-            n_cells, L = index_table.shape
-            inside = h.clamp(lo, hi)
-            position = (inside - lo) * (n_cells / (hi - lo))  # in cell widths from lo
-            cell = position.floor().clamp_(0, n_cells - 1)
-            z = (position - cell - 0.5) * ((hi - lo) / n_cells / lengthscale)  # (h − c_k)/θ
-            cell = cell.long().reshape(-1)
-            down = torch.exp(-z).unsqueeze(-1)
-            up = down.reciprocal()
-            side = (h > hi).to(h.dtype) - (h < lo).to(h.dtype)  # +1 right of the interval, −1 left, 0 inside
-            decay = torch.exp(-(h - inside).abs() / lengthscale).unsqueeze(-1)
-            ab = coefs.index_select(0, cell).view(*h.shape, 2 * L)
-            a_down, b_up = ab[..., :L] * down, ab[..., L:] * up
-            value = (a_down + b_up) * decay
-            inner = (1.0 - side.abs()).unsqueeze(-1)
-            slope = ((b_up - a_down) * inner - side.unsqueeze(-1) * value) / lengthscale
-            index = index_table.index_select(0, cell).view(*h.shape, L)
-        else:
-            counts = 2 ** torch.arange(level, device=h.device)  # columns per level: 1, 2, 4, …
-            t = ((h - lo) / (hi - lo)).unsqueeze(-1)
-            cell = torch.minimum(torch.floor(t * counts).clamp_min(0), counts - 1).long()
-            index = counts - 1 + cell  # level ℓ's columns start at 2^(ℓ−1) − 1
-            rows = tables.index_select(0, index.reshape(-1)).view(*index.shape, 6)
-            diff = h[..., None, None] - rows[..., :3]  # (..., L, 3)
-            terms = rows[..., 3:] * torch.exp(-diff.abs() / lengthscale)  # exp(−inf) = 0 at the missing ends
-            value = terms.sum(-1)
-            slope = (terms * torch.sign(diff)).sum(-1).div_(-lengthscale)
+    def forward(ctx, h, grid):
+        index, value, slope = grid.activations(h)
         ctx.save_for_backward(slope)
         ctx.mark_non_differentiable(index)
         return index, value
@@ -192,4 +220,4 @@ class _LaplaceActivations(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, _grad_index, grad_value):
         (slope,) = ctx.saved_tensors
-        return (grad_value * slope).sum(-1), None, None, None, None
+        return (grad_value * slope).sum(-1), None

@@ -60,7 +60,7 @@ class NetworkClassifier(NeuralGPClassifier):
             torch.manual_seed(self.seed)
             self.net_ = net = self._new_net(X.shape[1], C)
             Xt, yt = self._tensor(X), torch.as_tensor(labels, device=self.device)
-            opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, foreach=True)
             gen = torch.Generator().manual_seed(self.seed)
             net.train()
 
@@ -124,7 +124,7 @@ class NetworkRegressor(NeuralGPRegressor):
             torch.manual_seed(self.seed)
             self.module_ = m = self._new_module(X.shape[1])
             Xt, yt = self._tensor(X, device=self.device), self._tensor(y, device=self.device)
-            opt = torch.optim.Adam(m.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            opt = torch.optim.Adam(m.parameters(), lr=self.lr, weight_decay=self.weight_decay, foreach=True)
             gen = torch.Generator().manual_seed(self.seed)
 
             def loss(idx):

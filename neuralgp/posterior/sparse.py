@@ -31,6 +31,10 @@ class SparseRows:
         (r,) or (C, r) as in ``matvec``."""
         return (self.value.to(v.dtype) ** 2 * self._pick(v)).sum(-1)
 
+    def moments(self, mean: torch.Tensor, var: torch.Tensor):
+        """(Φm, (Φ∘Φ)v): the mean and variance of Φw under w ~ N(m, diag(v))."""
+        return self.matvec(mean), self.squared_matvec(var)
+
     def _pick(self, w: torch.Tensor) -> torch.Tensor:
         """w[..., index]: (..., n, K)."""
         return w.index_select(-1, self.index.reshape(-1)).view(*w.shape[:-1], *self.index.shape)

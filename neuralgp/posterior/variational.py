@@ -16,6 +16,12 @@ from neuralgp.posterior.positive import inverse_softplus
 from neuralgp.posterior.sparse import SparseRows
 
 
+def is_rows(phi) -> bool:
+    """Φ given by its non-zeros (``SparseRows`` or a feature map's own rows object with the same methods: ``matvec``,
+    ``squared_matvec``, ``moments``, ``dense``) rather than as a dense tensor."""
+    return not isinstance(phi, torch.Tensor)
+
+
 class _WeightPosterior(nn.Module):
     """Common parts: the mean m, the KL to N(0, I) and the predictive moments of f = wᵀφ. With ``outputs`` = C,
     w is a (C, r) matrix of independent per-output weights (one latent function per class)."""
@@ -31,7 +37,7 @@ class _WeightPosterior(nn.Module):
 
     def predict_f(self, phi: torch.Tensor | SparseRows):
         """Mean and variance of f(x) = wᵀφ(x) under q (eq. 10 without noise)."""
-        if isinstance(phi, SparseRows):
+        if is_rows(phi):
             return phi.matvec(self.mean), self.quadratic_form(phi)
         phi = phi.to(self.mean.dtype)
         return self.mean @ phi.T, self.quadratic_form(phi)
@@ -40,7 +46,7 @@ class _WeightPosterior(nn.Module):
         """(n_samples, n) — or (n_samples, C, n) with C outputs — draws of f = Φw, w ~ q reparameterised (one w per
         sample, shared by the rows)."""
         w = self.sample_weights(n_samples)
-        return phi.matvec(w) if isinstance(phi, SparseRows) else w @ phi.to(w.dtype).T
+        return phi.matvec(w) if is_rows(phi) else w @ phi.to(w.dtype).T
 
 
 class FullRankPosterior(_WeightPosterior):
@@ -70,7 +76,7 @@ class FullRankPosterior(_WeightPosterior):
 
     def quadratic_form(self, phi):
         """‖Lᵀφ_i‖² for each row φ_i."""
-        phi = phi.dense() if isinstance(phi, SparseRows) else phi
+        phi = phi.dense() if is_rows(phi) else phi
         return ((phi.to(self.mean.dtype) @ self.scale_tril()) ** 2).sum(-1)
 
     def sample_weights(self, n_samples: int) -> torch.Tensor:
@@ -94,8 +100,13 @@ class MeanFieldPosterior(_WeightPosterior):
     def logdet_cov(self):
         return 2.0 * torch.log(self.std()).sum()
 
+    def predict_f(self, phi: torch.Tensor | SparseRows):
+        if is_rows(phi):
+            return phi.moments(self.mean, self.std() ** 2)
+        return super().predict_f(phi)
+
     def quadratic_form(self, phi):
-        if isinstance(phi, SparseRows):
+        if is_rows(phi):
             return phi.squared_matvec(self.std() ** 2)
         return self.std() ** 2 @ (phi.to(self.mean.dtype) ** 2).T
 

@@ -20,4 +20,4 @@ def adam(module: torch.nn.Module, network: torch.nn.Module, lr: float, weight_de
     ids = {id(p) for p in decayed} | {id(p) for g in groups for p in g["params"]}
     rest = [p for p in module.parameters() if id(p) not in ids]
     return torch.optim.Adam([{"params": decayed, "weight_decay": weight_decay},
-                             {"params": rest, "weight_decay": 0.0}, *groups], lr=lr)
+                             {"params": rest, "weight_decay": 0.0}, *groups], lr=lr, foreach=True)

@@ -8,6 +8,7 @@ import torch
 import neuralgp as ng
 from neuralgp.errors import InputError, NotFittedError, ParameterError
 from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
+from neuralgp.features.additive import _GridMoments
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.posterior.variational import FullRankPosterior
 from neuralgp.registry import build
@@ -45,6 +46,33 @@ def test_sparse_rows_equal_dense_features_in_every_posterior_operation():
         sparse_draws = q.sample_f(phi, 4)
         torch.manual_seed(3)
         assert torch.allclose(sparse_draws, q.sample_f(dense, 4), atol=1e-12)
+
+
+@pytest.mark.parametrize("level, outputs", [(3, None), (4, 3), (14, None)])  # 14: no tables, the rows
+def test_fused_grid_moments_equal_the_explicit_rows_with_their_gradients(level, outputs):
+    torch.manual_seed(0)
+    fmap = AdditiveGridFeatures(MLP(2, 6, hidden=8, depth=1), 6, 3, InducedGrid(level, lengthscale=0.3)).double()
+    X = torch.randn(20, 2, dtype=F64)
+    shape = (fmap.n_columns,) if outputs is None else (outputs, fmap.n_columns)
+    mean = torch.randn(shape, dtype=F64, requires_grad=True)
+    var = torch.rand(shape, dtype=F64, requires_grad=True)
+    weights = torch.randn(2, *shape[:-1], 20, dtype=F64)
+    params = [mean, var, *fmap.parameters()]
+
+    def loss(fused):
+        rows = fmap.sparse(X)
+        moments = rows.moments(mean, var) if fused else rows.rows.moments(mean, var)
+        return sum((w * m).sum() for w, m in zip(weights, moments))
+
+    assert torch.allclose(loss(True), loss(False), atol=1e-12)
+    for a, b in zip(torch.autograd.grad(loss(True), params), torch.autograd.grad(loss(False), params)):
+        assert torch.allclose(a, b, atol=1e-10)
+    if fmap.grid.tables is not None:  # the fused node against finite differences
+        h = fmap.projections(X).detach().requires_grad_()
+        scales = fmap.scales().detach().requires_grad_()
+        tables = fmap.block_tables(h.device, F64)
+        fused = lambda h, s, m, v: _GridMoments.apply(h, s, m, v, fmap.grid, fmap.bias_std, *tables)  # noqa: E731
+        assert torch.autograd.gradcheck(fused, (h, scales, mean, var))
 
 
 def test_closed_form_expected_log_likelihood_equals_the_monte_carlo_mean():
