@@ -110,10 +110,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.device = device
         self.verbose = verbose
 
-    def _fit_mean(self, X, y):
+    def _fit_mean(self, X, y, loo: bool):
         if isinstance(self.mean, str):
             return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed,
-                                    device=self.device)
+                                    device=self.device, loo=loo)
         return clone(self.mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
@@ -151,8 +151,12 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                              "mean model, or noise='homoscedastic' with mean=None (one stage)")
         if self.mean is None and self.variance != "exact":
             raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
+        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
+                                                      and self.mean is not None)
+        heavy_tailed = self.predictive == "student_t"
+        honest_needed = self.recalibrate or shaped or heavy_tailed or self.residuals == "cross_fit"
         clock = time.perf_counter()
-        self.mean_model_ = None if self.mean is None else self._fit_mean(X, y)
+        self.mean_model_ = None if self.mean is None else self._fit_mean(X, y, loo=honest_needed)
         resid = y if self.mean is None else self._residuals(X, y, self.residuals == "cross_fit")
         # the variance model sees residuals of unit mean square: its hyper-parameters start (GPyTorch's 0.693) and
         # move (100 steps at lr 0.1) on the scale they were made for — unscaled, the noise of a nearly exact mean
@@ -175,9 +179,6 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         self.noise_shape_ = None
-        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
-                                                      and self.mean is not None)
-        heavy_tailed = self.predictive == "student_t"
         if self.recalibrate or shaped or heavy_tailed:  # errors the mean model did not see
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
@@ -203,8 +204,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         its fold refits (the GP itself is not refitted)."""
         folds, err = [], np.empty_like(y)
         for train, held in KFold(min(SHAPE_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
-            mean = refit_kernel_ridge(self.mean_model_, X[train], y[train]) if isinstance(self.mean, str) else \
-                clone(self.mean).fit(X[train], y[train])
+            if isinstance(self.mean, str):
+                mean = refit_kernel_ridge(self.mean_model_, X[train], y[train], loo=True)
+            else:
+                mean = clone(self.mean).fit(X[train], y[train])
             err[held] = y[held] - mean.predict(X[held])
             folds.append((train, held, self._residuals(X[train], y[train], True, mean) / self.residual_scale_))
         err /= self.residual_scale_

@@ -73,18 +73,20 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     nearly linear data (uci/concreteslump, machine, pendulum) want 8–16 × the median distance, and a grid that
     stops at 2 × left their mean model's test RMSE 16–91 % higher (split 0; docs/methods/twostage.md). Fitted:
     ``kernel_``, ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, and with
-    ``refit`` (the final O(n³) fit on all rows) ``dual_coef_`` and ``X_fit_``; ``refit=False`` only chooses the
+    ``refit`` (the final O(n³) fit on all rows) ``dual_coef_`` and ``X_fit_`` (with ``loo``, also the exact
+    leave-one-out residuals ``loo_residuals_`` from the same Cholesky factor); ``refit=False`` only chooses the
     hyper-parameters (what KRRNN needs). ``device``: where the Gram matrices, eigendecompositions and Cholesky
     factors are computed (float64 torch; "cuda" for the O(n³) steps at large n); fitted arrays are NumPy."""
 
     def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS,
-                 edge_steps=EDGE_STEPS, cv=5, refit=True, seed=0, device="cpu"):
+                 edge_steps=EDGE_STEPS, cv=5, refit=True, loo=False, seed=0, device="cpu"):
         self.kernels = kernels
         self.alphas = alphas
         self.length_scales = length_scales
         self.edge_steps = edge_steps
         self.cv = cv
         self.refit = refit
+        self.loo = loo
         self.seed = seed
         self.device = device
 
@@ -117,27 +119,35 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
             else:
                 break
         self.kernel_, self.length_scale_, self.alpha_ = best
-        return self.fit_chosen(X, y) if self.refit else self
+        return self.fit_chosen(X, y, self.loo) if self.refit else self
 
     def _cholesky(self) -> torch.Tensor:
         """The Cholesky factor of K + λI at the training rows, on ``device``."""
         K = gram_tensor(self.kernel_, self.length_scale_, self.X_fit_, device=self.device)
         return torch.linalg.cholesky(K + self.alpha_ * torch.eye(len(K), dtype=K.dtype, device=K.device))
 
-    def fit_chosen(self, X, y) -> "KernelRidgeCV":
+    def fit_chosen(self, X, y, loo: bool = False) -> "KernelRidgeCV":
         """The final fit: kernel ridge with the chosen ``kernel_``, ``length_scale_`` and ``alpha_`` on all rows,
-        (K + λI)⁻¹y by one Cholesky solve (scikit-learn's KernelRidge solves the same system on the CPU)."""
+        (K + λI)⁻¹y by one Cholesky solve (scikit-learn's KernelRidge solves the same system on the CPU); with
+        ``loo`` also ``loo_residuals_`` from the same factor."""
         self.X_fit_ = np.asarray(X, dtype=np.float64)
         L = self._cholesky()
         y = torch.as_tensor(np.asarray(y, dtype=np.float64), device=L.device)
         self.dual_coef_ = torch.cholesky_solve(y[:, None], L)[:, 0].cpu().numpy()
+        self.loo_residuals_ = self._leave_one_out(L) if loo else None
         return self
 
+    def _leave_one_out(self, L: torch.Tensor) -> np.ndarray:
+        """Exact leave-one-out residuals at the training rows, no refits: with A = (K + λI)⁻¹ = (LLᵀ)⁻¹, the
+        residual of row i from the same λ, kernel and lengthscale fitted without it is (A y)_i / A_ii, and A y is
+        ``dual_coef_``. One n × n Cholesky inverse."""
+        return self.dual_coef_ / torch.diagonal(torch.cholesky_inverse(L)).cpu().numpy()
+
     def loo_residuals(self) -> np.ndarray:
-        """Exact leave-one-out residuals of the fitted model at its own training rows, no refits: with
-        A = (K + λI)⁻¹, the residual of row i from the same λ, kernel and lengthscale fitted without it is
-        (A y)_i / A_ii, and A y is ``dual_coef_``. One n × n Cholesky inverse."""
-        return self.dual_coef_ / torch.diagonal(torch.cholesky_inverse(self._cholesky())).cpu().numpy()
+        """The fitted model's exact leave-one-out residuals (``loo_residuals_``, computed now if the fit did not)."""
+        if getattr(self, "loo_residuals_", None) is None:
+            self.loo_residuals_ = self._leave_one_out(self._cholesky())
+        return self.loo_residuals_
 
     def predict(self, X):
         """k(X, X_fit) · dual coefficients, as ``KernelRidge.predict``."""
@@ -197,20 +207,22 @@ def ridge_from_state(state: dict, device="cpu"):
     return model
 
 
-def refit_kernel_ridge(model, X, y):
-    """A fitted KernelRidgeCV or KRRNNRegressor's hyper-parameters fitted to other rows (no search)."""
+def refit_kernel_ridge(model, X, y, loo: bool = False):
+    """A fitted KernelRidgeCV or KRRNNRegressor's hyper-parameters fitted to other rows (no search; ``loo``: a
+    KernelRidgeCV keeps its leave-one-out residuals)."""
     if isinstance(model, KRRNNRegressor):
         return KRRNNRegressor(**model.get_params()).fit(X, y)
     refit = KernelRidgeCV(device=model.device)
     refit.kernel_, refit.length_scale_, refit.alpha_ = model.kernel_, model.length_scale_, model.alpha_
-    return refit.fit_chosen(X, y)
+    return refit.fit_chosen(X, y, loo)
 
 
-def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS, device="cpu"):
+def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS, device="cpu",
+                     loo: bool = False):
     """Kernel ridge on all rows (``n_neighbors`` None: KernelRidgeCV, O(n³)) or KRRNN on ``n_neighbors`` with the
     hyper-parameters KernelRidgeCV chooses on its subsample (the scalable pipeline, Algorithm 6 line 2; KRRNN's
-    small solves stay on the CPU)."""
+    small solves stay on the CPU); ``loo``: KernelRidgeCV keeps its leave-one-out residuals."""
     if n_neighbors is None:
-        return KernelRidgeCV(alphas=alphas, seed=seed, device=device).fit(X, y)
+        return KernelRidgeCV(alphas=alphas, loo=loo, seed=seed, device=device).fit(X, y)
     cv = KernelRidgeCV(alphas=alphas, refit=False, seed=seed, device=device).fit(X, y)
     return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, n_neighbors).fit(X, y)

@@ -62,6 +62,9 @@ def test_leave_one_out_residuals_equal_refits_without_the_row():
         gram("matern32", ls, np.delete(X[:60], i, 0)), np.delete(y[:60], i)).predict(
         gram("matern32", ls, X[i:i + 1], np.delete(X[:60], i, 0)))[0] for i in range(60)]
     assert np.allclose(model.loo_residuals(), refits, atol=1e-8)
+    kept = KernelRidgeCV(kernels=("matern32",), alphas=(1e-2,), length_scales=(1.0,), loo=True).fit(X[:60], y[:60])
+    assert np.allclose(kept.loo_residuals_, refits, atol=1e-8)  # from the final fit's own Cholesky factor
+    assert np.allclose(refit_kernel_ridge(model, X[:60], y[:60], loo=True).loo_residuals_, refits, atol=1e-8)
 
 
 def test_krrnn_leave_one_out_drops_the_row_itself_not_a_copy():
