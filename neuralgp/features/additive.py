@@ -16,7 +16,6 @@ import math
 
 import torch
 from torch import nn
-
 from torch.autograd.function import once_differentiable
 
 from neuralgp.features.grid import InducedGrid
@@ -71,10 +70,11 @@ class AdditiveGridFeatures(nn.Module):
 
 
 class GridRows:
-    """Φ of a batch, from its projections h (n, P): the explicit non-zeros (``rows``, a ``SparseRows``) for every
-    use, and for the Laplace kernel ``moments`` — Φm and (Φ∘Φ)v, all a mean-field ELBO needs — in one autograd node
-    (``_GridMoments``) from the grid activations, their slopes and h, with no (n, P·L) index or value tensors built
-    for autograd: a DAK-CF step's cost is per-operation overhead at these sizes."""
+    """Φ of a batch, from its projections h (n, P): the explicit non-zeros (``rows``, a ``SparseRows``, built when
+    first asked for) for every use, and ``moments`` — Φm and (Φ∘Φ)v, all a mean-field ELBO needs — in one autograd
+    node (``_GridMoments``) when the grid has per-cell tables (the Laplace kernel up to level 12) and h lies in its
+    interval (always, after the sigmoid); otherwise through ``rows``. A DAK-CF step's cost is per-operation overhead
+    at these sizes, not arithmetic."""
 
     def __init__(self, features: AdditiveGridFeatures, h: torch.Tensor):
         self.features, self.h, self.scales = features, h, features.scales()
