@@ -117,18 +117,21 @@ def test_parameter_counts_are_recorded_and_shown_unranked(tmp_path):
     assert row["NN"][header.index("error")] == "**0.1**"
 
 
-def test_epoch_ratio_marks_rows_timed_in_another_run_than_the_network():
+def test_epoch_ratio_marks_rows_timed_in_another_run_and_skips_another_cpu():
     from neuralgp.bench.suites.dak import table2
 
-    def rec(model, s_per_epoch, commit):
+    def rec(model, s_per_epoch, commit, cpu="cpu A"):
         return {"suite": "dak-table2", "model": model, "dataset": "uci/gas", "seed": 0, "status": "ok",
-                "rmse": 0.3, "seconds_per_iteration": s_per_epoch, "commit": commit}
+                "rmse": 0.3, "seconds_per_iteration": s_per_epoch, "commit": commit, "cpu": cpu}
 
-    records = [rec("NN", 0.01, "aaa"), rec("DAK-CF", 0.015, "aaa"), rec("NN+SVGP", 0.04, "bbb")]
+    records = [rec("NN", 0.01, "aaa"), rec("DAK-CF", 0.015, "aaa"), rec("NN+SVGP", 0.04, "bbb"),
+               rec("SV-DKL", 0.2, "aaa", cpu="cpu B")]
     ratios = table2(SUITES["dak-table2"], records).split("## Time per epoch")[1]
-    assert "| uci/gas | 1.50× | – | 4.00× * | – |" in ratios and "timed in another run" in ratios
+    assert "| uci/gas | 1.50× | – | 4.00× * | – † |" in ratios and "timed in another run" in ratios
+    assert "another CPU model" in ratios
     same_run = table2(SUITES["dak-table2"], records[:2]).split("## Time per epoch")[1]
     assert "| uci/gas | 1.50× | – | – | – |" in same_run and "timed in another run" not in same_run
+    assert "another CPU model" not in same_run
 
 
 def test_a_split_the_model_refuses_is_recorded_as_failed_and_the_job_goes_on(tmp_path):

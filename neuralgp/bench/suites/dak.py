@@ -138,30 +138,38 @@ def _extractor_fits(model: str, dataset: str) -> bool:
 
 def table2(suite: Suite, records: list[dict]) -> str:
     """The metric table, then each mini-batch row's training time per epoch relative to the plain network's ("NN",
-    the same D_w) on the same data set: the issue's cost target is DAK-CF ≤ 1.2×. A ratio whose row was timed in
-    another run than the network's (other commits) is marked: the machine's load may have differed."""
-    lines = [metric_table(suite, records), "## Time per epoch relative to the plain network (same data set; mean "
-             "over folds)", "", "| data set | " + " | ".join(RATIO_ROWS) + " |", "|---|" + "---|" * len(RATIO_ROWS)]
-    other_run = False
+    the same D_w) on the same data set and CPU model: the issue's cost target is DAK-CF ≤ 1.2×. A ratio whose row was
+    timed in another run than the network's (other commits) is marked: the machine's load may have differed; a row
+    timed only on another CPU model than the network is not compared."""
+    lines = [metric_table(suite, records), "## Time per epoch relative to the plain network (same data set and CPU; "
+             "mean over folds)", "", "| data set | " + " | ".join(RATIO_ROWS) + " |",
+             "|---|" + "---|" * len(RATIO_ROWS)]
+    other_run = other_cpu = False
     for dataset in suite.datasets:
         timed = {m: [r for r in records if r["dataset"] == dataset and r["model"] == m and r["status"] == "ok"
                      and "seconds_per_iteration" in r] for m in ("NN", *RATIO_ROWS)}
         if not timed["NN"] or not any(timed[m] for m in RATIO_ROWS):
             continue
-        nn_mean = statistics.mean(r["seconds_per_iteration"] for r in timed["NN"])
-        nn_commits = {r.get("commit") for r in timed["NN"]}
         cells = []
         for m in RATIO_ROWS:
-            if not timed[m]:
-                cells.append("–")
+            cpus = {r.get("cpu") for r in timed[m]}
+            nn = [r for r in timed["NN"] if r.get("cpu") in cpus]
+            rows = [r for r in timed[m] if r.get("cpu") in {r.get("cpu") for r in nn}]
+            if not rows:
+                other_cpu |= bool(timed[m])
+                cells.append("– †" if timed[m] else "–")
                 continue
-            mark = "" if {r.get("commit") for r in timed[m]} <= nn_commits else " *"
+            mark = "" if {r.get("commit") for r in rows} <= {r.get("commit") for r in nn} else " *"
             other_run |= bool(mark)
-            cells.append(f"{statistics.mean(r['seconds_per_iteration'] for r in timed[m]) / nn_mean:.2f}×{mark}")
+            ratio = statistics.mean(r["seconds_per_iteration"] for r in rows) / statistics.mean(
+                r["seconds_per_iteration"] for r in nn)
+            cells.append(f"{ratio:.2f}×{mark}")
         lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
     if other_run:
         lines += ["", "\\* timed in another run than the network (other commits): the machine's load may have "
                   "differed, so the ratio carries the run-to-run spread of the timings too."]
+    if other_cpu:
+        lines += ["", "† timed only on another CPU model than the network's records: not compared."]
     return "\n".join(lines) + "\n"
 
 
