@@ -72,8 +72,8 @@ class AdditiveGridFeatures(nn.Module):
 class GridRows:
     """Φ of a batch, from its projections h (n, P): the explicit non-zeros (``rows``, a ``SparseRows``, built when
     first asked for) for every use, and ``moments`` — Φm and (Φ∘Φ)v, all a mean-field ELBO needs — in one autograd
-    node (``_GridMoments``) when the grid has per-cell tables (the Laplace kernel up to level 12) and h lies in its
-    interval (always, after the sigmoid); otherwise through ``rows``. A DAK-CF step's cost is per-operation overhead
+    node (``_GridMoments``) when the grid has per-cell tables (the Laplace kernel up to level 12; h always lies in
+    its interval, after the sigmoid); otherwise through ``rows``. A DAK-CF step's cost is per-operation overhead
     at these sizes, not arithmetic."""
 
     def __init__(self, features: AdditiveGridFeatures, h: torch.Tensor):
@@ -95,7 +95,7 @@ class GridRows:
 
     def _build_rows(self) -> SparseRows:
         f, h = self.features, self.h
-        index, value = f.grid.sparse(h)  # (n, P, K)
+        index, value = f.grid.sparse(h, inside=True)  # (n, P, K); the sigmoid keeps h in the interval
         n, (P, K) = h.shape[0], index.shape[1:]
         offsets = (torch.arange(P, device=h.device) * f.grid.size).view(1, P, 1)
         value = value * self.scales.to(value.dtype).view(1, P, 1)
@@ -116,7 +116,7 @@ class GridRows:
     def moments(self, mean: torch.Tensor, var: torch.Tensor):
         """(Φm, (Φ∘Φ)v) for weights of shape (..., r): (..., n) each."""
         f, h = self.features, self.h
-        if self._rows is not None or f.grid.tables is None or not f.grid.inside(h.detach()):
+        if self._rows is not None or f.grid.tables is None:  # h is in the interval: the sigmoid puts it there
             return self.rows.moments(mean, var)
         columns, coefs, offsets = f.block_tables(h.device, mean.dtype)
         return _GridMoments.apply(h, self.scales, mean, var, f.grid, f.bias_std, columns, coefs, offsets)

@@ -119,21 +119,23 @@ class InducedGrid:
         return self._R
 
     # -- activations --------------------------------------------------------------------------------
-    def sparse(self, h: torch.Tensor):
+    def sparse(self, h: torch.Tensor, inside: bool | None = None):
         """(index, value) of φ(h)'s non-zeros, each of shape h.shape + (K,): K = L for the Laplace kernel (at most
         one non-zero per level, found from h's dyadic cell; one autograd node, ``_LaplaceActivations``), K = M
-        (all columns) for Matérn-3/2."""
+        (all columns) for Matérn-3/2. ``inside``: as in ``activations``."""
         if self.kernel != "laplace":
             index = torch.arange(self.size, device=h.device).expand(*h.shape, self.size)
             return index, self(h)
-        return _LaplaceActivations.apply(h, self)
+        return _LaplaceActivations.apply(h, self, inside)
 
-    def activations(self, h: torch.Tensor):
+    def activations(self, h: torch.Tensor, inside: bool | None = None):
         """Laplace kernel only, outside autograd: (index, value, slope) of φ(h)'s ≤ L non-zeros, slope = dφ/dh,
         each h.shape + (L,). From the per-cell tables (``_laplace_tables``): two exponentials per h whatever the
         level, φ_ℓ = α e^{−z} + β e^{z}, z = (h − c_k)/θ, dφ_ℓ/dh = (β e^{z} − α e^{−z})/θ; outside the interval
         φ(h) = φ(nearest end)·e^{−dist/θ}. Otherwise from the ≤ 3-point stencil of h's column at each level:
-        φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ."""
+        φ_j(h) = Σ_c coef_jc exp(−|h − u_jc|/θ), dφ_j/dh = −Σ_c coef_jc exp(−|h − u_jc|/θ) sign(h − u_jc)/θ.
+        ``inside=True`` asserts h lies in the interval (squashed into it, as DAK's projections), skipping the check
+        (on a GPU a synchronisation); None checks."""
         if self.kernel != "laplace":
             raise ValueError("activations() with slopes is for the Laplace kernel; use grid(h) for Matérn-3/2")
         (lo, hi), theta = self.interval, self.lengthscale
@@ -142,9 +144,9 @@ class InducedGrid:
         index_table, coefs = self._tables
         index_table, coefs = index_table.to(h.device), coefs.to(h.device, h.dtype)
         L = self.level
-        outside = not self.inside(h)
-        inside = h.clamp(lo, hi) if outside else h
-        cell, z = self.cells(inside)
+        outside = not (inside or self.inside(h))
+        clamped = h.clamp(lo, hi) if outside else h
+        cell, z = self.cells(clamped)
         cell = cell.long().reshape(-1)
         down = torch.exp(-z).unsqueeze(-1)
         up = down.reciprocal()
@@ -154,7 +156,7 @@ class InducedGrid:
         slope = (b_up - a_down).div_(theta)
         if outside:
             side = (h > hi).to(h.dtype) - (h < lo).to(h.dtype)  # +1 right of the interval, −1 left, 0 inside
-            value = value * torch.exp(-(h - inside).abs() / theta).unsqueeze(-1)
+            value = value * torch.exp(-(h - clamped).abs() / theta).unsqueeze(-1)
             slope = (slope * (1.0 - side.abs()).unsqueeze(-1) - side.unsqueeze(-1) * value / theta)
         index = index_table.index_select(0, cell).view(*h.shape, L)
         return index, value, slope
@@ -210,8 +212,8 @@ class _LaplaceActivations(torch.autograd.Function):
     the same pass."""
 
     @staticmethod
-    def forward(ctx, h, grid):
-        index, value, slope = grid.activations(h)
+    def forward(ctx, h, grid, inside):
+        index, value, slope = grid.activations(h, inside)
         ctx.save_for_backward(slope)
         ctx.mark_non_differentiable(index)
         return index, value
@@ -220,4 +222,4 @@ class _LaplaceActivations(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, _grad_index, grad_value):
         (slope,) = ctx.saved_tensors
-        return (grad_value * slope).sum(-1), None
+        return (grad_value * slope).sum(-1), None, None
