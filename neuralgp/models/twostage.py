@@ -154,9 +154,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
                                                       and self.mean is not None)
         heavy_tailed = self.predictive == "student_t"
-        honest_needed = self.recalibrate or shaped or heavy_tailed or self.residuals == "cross_fit"
+        held_out = self.recalibrate or shaped or heavy_tailed  # the steps that need errors the mean model did not see
         clock = time.perf_counter()
-        self.mean_model_ = None if self.mean is None else self._fit_mean(X, y, loo=honest_needed)
+        self.mean_model_ = None if self.mean is None else \
+            self._fit_mean(X, y, loo=held_out or self.residuals == "cross_fit")
         resid = y if self.mean is None else self._residuals(X, y, self.residuals == "cross_fit")
         # the variance model sees residuals of unit mean square: its hyper-parameters start (GPyTorch's 0.693) and
         # move (100 steps at lr 0.1) on the scale they were made for — unscaled, the noise of a nearly exact mean
@@ -179,7 +180,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.variance_model_ = self._variance_estimator().fit(X, resid)
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         self.noise_shape_ = None
-        if self.recalibrate or shaped or heavy_tailed:  # errors the mean model did not see
+        if held_out:
             honest = resid if self.mean is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
             err, var_f, noise = self._leave_one_out(X, honest)

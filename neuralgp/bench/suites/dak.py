@@ -152,9 +152,9 @@ def table2(suite: Suite, records: list[dict]) -> str:
             continue
         cells = []
         for m in RATIO_ROWS:
-            cpus = {r.get("cpu") for r in timed[m]}
-            nn = [r for r in timed["NN"] if r.get("cpu") in cpus]
-            rows = [r for r in timed[m] if r.get("cpu") in {r.get("cpu") for r in nn}]
+            nn = [r for r in timed["NN"] if r.get("cpu") in {row.get("cpu") for row in timed[m]}]
+            shared_cpus = {r.get("cpu") for r in nn}
+            rows = [r for r in timed[m] if r.get("cpu") in shared_cpus]
             if not rows:
                 other_cpu |= bool(timed[m])
                 cells.append("– †" if timed[m] else "–")
