@@ -34,7 +34,7 @@ from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
                              RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
-from neuralgp.train import adam, minibatch_epoch, train
+from neuralgp.train import adam, compiled, minibatch_epoch, train
 
 INFERENCE = ("closed_form", "mc", "exact")
 GRID_INTERVAL = (0.0, 1.0)
@@ -47,7 +47,8 @@ FEATURE_RULES = {"backbone": one_of("mlp", "cnn"), "n_projections": POSITIVE_INT
                  "lengthscale": POSITIVE, "kernel": one_of(*KERNELS), "hidden": int_tuple(0),
                  "embedding_dim": POSITIVE_INT, "activation": one_of(*ACTIVATIONS), "bias_std": POSITIVE,
                  "mc_samples": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT,
-                 "max_epochs": POSITIVE_INT, "finetune": BOOL, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
+                 "max_epochs": POSITIVE_INT, "finetune": BOOL, "compile": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                 **COMMON_RULES}
 
 
 class _DAKFeatures:
@@ -67,10 +68,10 @@ class _DAKFeatures:
         model = nn.Sequential(body, nn.Linear(self.n_projections, n_outputs).to(self.device))
         opt = adam(model, body, self.lr, self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
+        batch_loss = compiled(lambda idx: loss_fn(model(Xt[idx]), targets[idx]), opt, self.compile)
 
         def epoch():
-            return minibatch_epoch(lambda idx: loss_fn(model(Xt[idx]), targets[idx]), len(targets),
-                                   int(self.batch_size), gen, opt)
+            return minibatch_epoch(batch_loss, len(targets), int(self.batch_size), gen, opt)
 
         train(model, epoch, self.max_epochs, None, eval_every=self.max_epochs, verbose=self.verbose,
               desc="DAK pre-training", unit="epoch", max_seconds=self.max_time)
@@ -100,7 +101,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
-                 weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None, max_time=None,
+                 weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None,
+                 max_time=None, compile=False,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
                  input_scaling="standard", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
                  verbose=True, checkpoint=None, checkpoint_every=100):
@@ -122,6 +124,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         self.eval_every = eval_every
         self.patience = patience
         self.max_time = max_time
+        self.compile = compile
         self.noise_init = noise_init
         self.noise_min = noise_min
         self.bias_std = bias_std
@@ -184,7 +187,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", backbone="mlp",
                  hidden=(64, 32),
                  embedding_dim=64, activation="relu", mc_samples=8, n_samples=256, lr=3e-3, weight_decay=5e-4,
-                 batch_size=512, max_epochs=100, max_time=None, bias_std=1.0, finetune=False,
+                 batch_size=512, max_epochs=100, max_time=None, compile=False, bias_std=1.0, finetune=False,
                  input_scaling="standard", seed=0, device="cpu", verbose=True):
         self.n_projections = n_projections
         self.grid_level = grid_level
@@ -201,6 +204,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
         self.batch_size = batch_size
         self.max_epochs = max_epochs
         self.max_time = max_time
+        self.compile = compile
         self.bias_std = bias_std
         self.finetune = finetune
         self.input_scaling = input_scaling
@@ -232,6 +236,7 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
                 log_lik = torch.log_softmax(f, -1).gather(-1, lt[idx].expand(f.shape[0], -1)[..., None])
                 return -((n / len(idx)) * log_lik.mean(0).sum() - m.q.kl_divergence()) / n
 
+            batch_loss = compiled(batch_loss, opt, self.compile)
             self.train_log_ = train(m, lambda: minibatch_epoch(batch_loss, n, int(self.batch_size), gen, opt),
                                     self.max_epochs, None, eval_every=self.max_epochs, verbose=self.verbose,
                                     desc="DAK classifier", unit="epoch", max_seconds=self.max_time)

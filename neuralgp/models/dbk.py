@@ -39,7 +39,7 @@ class DBKRegressor(WeightSpaceRegressor):
         "normalize_features": (one_of("auto"), BOOL), "variational_family": one_of(*FAMILIES),
         "training_gram_precision": one_of(*PRECISIONS), "chunk_size": (NONE, POSITIVE_INT), "lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT, "max_iter": STEPS,
-        "max_epochs": STEPS, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
+        "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
         "recalibration": RECALIBRATION, **CHECKPOINT_RULES, **COMMON_RULES}
@@ -48,7 +48,8 @@ class DBKRegressor(WeightSpaceRegressor):
                  variance_correction=True, normalize_features="auto", variational_family="full",
                  training_gram_precision="mixed", chunk_size=EXACT_TRAIN_ROWS, lr=1e-3,
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
-                 patience=None, max_time=None, noise_init=0.1, noise_lr=None, noise_min=1e-6, normalize_y=True,
+                 patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
+                 normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
                  verbose=True, checkpoint=None, checkpoint_every=100):
         self.rank = rank
@@ -70,6 +71,7 @@ class DBKRegressor(WeightSpaceRegressor):
         self.eval_every = eval_every
         self.patience = patience
         self.max_time = max_time
+        self.compile = compile
         self.noise_init = noise_init
         self.noise_lr = noise_lr
         self.noise_min = noise_min

@@ -11,9 +11,9 @@ from neuralgp.datasets.scaling import Scaler
 from neuralgp.features.networks import ACTIVATIONS, NORMS, extractor
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
-from neuralgp.params import COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
+from neuralgp.params import BOOL, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT, int_tuple, one_of
 from neuralgp.posterior import GaussianLikelihood, Positive
-from neuralgp.train import minibatch_epoch, train
+from neuralgp.train import compiled, minibatch_epoch, train
 
 
 @register
@@ -26,12 +26,13 @@ class NetworkClassifier(NeuralGPClassifier):
     param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": (POSITIVE_INT, int_tuple(1)), "depth": POSITIVE_INT,
                    "embedding_dim": (NONE, POSITIVE_INT),
                    "activation": one_of(*ACTIVATIONS), "norm": (NONE, one_of(*NORMS)), "max_epochs": POSITIVE_INT,
+                   "compile": BOOL,
                    "batch_size": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
                    "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, backbone="mlp", hidden=512, depth=2, embedding_dim=None, activation="relu", norm="layer",
-                 max_epochs=30, batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, input_scaling="standard",
-                 seed=0, device="cpu", verbose=True):
+                 max_epochs=30, batch_size=256, lr=1e-3, weight_decay=0.0, max_time=None, compile=False,
+                 input_scaling="standard", seed=0, device="cpu", verbose=True):
         self.backbone = backbone
         self.hidden = hidden
         self.depth = depth
@@ -43,6 +44,7 @@ class NetworkClassifier(NeuralGPClassifier):
         self.lr = lr
         self.weight_decay = weight_decay
         self.max_time = max_time
+        self.compile = compile
         self.input_scaling = input_scaling
         self.seed = seed
         self.device = device
@@ -63,10 +65,11 @@ class NetworkClassifier(NeuralGPClassifier):
             opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, foreach=True)
             gen = torch.Generator().manual_seed(self.seed)
             net.train()
+            batch_loss = compiled(lambda idx: nn.functional.cross_entropy(net(Xt[idx]), yt[idx]), opt,
+                                  self.compile)
 
             def epoch():
-                return minibatch_epoch(lambda idx: nn.functional.cross_entropy(net(Xt[idx]), yt[idx]), len(yt),
-                                       self.batch_size, gen, opt, min_batch=2)
+                return minibatch_epoch(batch_loss, len(yt), self.batch_size, gen, opt, min_batch=2)
 
             self.train_log_ = train(net, epoch, self.max_epochs, None, eval_every=1, verbose=self.verbose,
                                     desc="network", unit="epoch", max_seconds=self.max_time)
@@ -94,11 +97,12 @@ class NetworkRegressor(NeuralGPRegressor):
     variance. The DAK paper's "NN" row and the reference for the epoch-time ratio."""
 
     param_rules = {"hidden": int_tuple(0), "embedding_dim": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
-                   "max_epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "lr": POSITIVE,
+                   "max_epochs": POSITIVE_INT, "compile": BOOL, "batch_size": POSITIVE_INT, "lr": POSITIVE,
                    "weight_decay": NON_NEGATIVE, "input_scaling": one_of(*Scaler.KINDS), **COMMON_RULES}
 
     def __init__(self, hidden=(64, 32), embedding_dim=64, activation="relu", max_epochs=100, batch_size=512, lr=1e-3,
-                 weight_decay=5e-4, max_time=None, input_scaling="standard", seed=0, device="cpu", verbose=True):
+                 weight_decay=5e-4, max_time=None, compile=False, input_scaling="standard", seed=0, device="cpu",
+                 verbose=True):
         self.hidden = hidden
         self.embedding_dim = embedding_dim
         self.activation = activation
@@ -107,6 +111,7 @@ class NetworkRegressor(NeuralGPRegressor):
         self.lr = lr
         self.weight_decay = weight_decay
         self.max_time = max_time
+        self.compile = compile
         self.input_scaling = input_scaling
         self.seed = seed
         self.device = device
@@ -130,6 +135,7 @@ class NetworkRegressor(NeuralGPRegressor):
             def loss(idx):
                 return -GaussianLikelihood(m.noise()).log_prob(yt[idx], m.net(Xt[idx]).squeeze(-1)).mean()
 
+            loss = compiled(loss, opt, self.compile)
             self.train_log_ = train(m, lambda: minibatch_epoch(loss, len(yt), int(self.batch_size), gen, opt),
                                     self.max_epochs, None, eval_every=self.max_epochs, verbose=self.verbose,
                                     desc="network", unit="epoch", max_seconds=self.max_time)

@@ -18,7 +18,7 @@ from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_we
 from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import blockwise_exact_backward, chunked_exact_backward
 from neuralgp.posterior.positive import Positive
-from neuralgp.train import adam, minibatch_epoch, train
+from neuralgp.train import adam, compiled, minibatch_epoch, train
 
 
 class WeightSpaceModule(nn.Module):
@@ -141,9 +141,10 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         gen = torch.Generator().manual_seed(self.seed)
         shared = distributed.data_parallel(n_local, batch, m.parameters())  # {} in one process
 
+        batch_loss = compiled(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, opt, self.compile)
+
         def epoch():  # a batch of one has no trace term: skip it (it joins the next permutation)
-            return minibatch_epoch(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, n_local,
-                                   batch, gen, opt, min_batch=min(2, n_local), **shared)
+            return minibatch_epoch(batch_loss, n_local, batch, gen, opt, min_batch=min(2, n_local), **shared)
 
         validate = None
         if val is not None:

@@ -34,6 +34,29 @@ class TrainLog:
                 "seconds": self.seconds, "stopped_early": self.stopped_early, "out_of_time": self.out_of_time}
 
 
+def compiled(batch_loss, optimizer, enabled: bool = True):
+    """For one fit with ``enabled`` (an estimator's ``compile=True``): ``batch_loss`` and ``optimizer.step``
+    through ``torch.compile`` (TorchInductor; a C++ compiler on a CPU), else ``batch_loss`` as it is. Shapes are
+    static: the full batches and the last, smaller one compile once each (dynamic shapes measured 1.7× slower
+    for DAK-CF). torch.compile's caches are cleared first (``torch.compiler.reset``): each fit compiles afresh
+    (from PyTorch's on-disk cache when it has seen the shapes), so repeated fits in one process never reach
+    PyTorch's recompile limit, past which it would silently run eagerly. A failed build is an error naming the
+    way out, raised at the first batch."""
+    if not enabled:
+        return batch_loss
+    torch.compiler.reset()
+    loss = torch.compile(batch_loss, dynamic=False)
+    optimizer.step = torch.compile(optimizer.step, dynamic=False)
+
+    def call(idx):
+        try:
+            return loss(idx)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            raise RuntimeError(f"compile=True: torch.compile could not build the training step ({error}); "
+                               "install a C++ compiler or fit with compile=False") from error
+    return call
+
+
 def minibatch_epoch(batch_loss, n: int, batch_size: int, generator: torch.Generator, optimizer,
                     min_batch: int = 1, n_batches: int | None = None, after_backward=None) -> float:
     """One optimiser step per batch of a random permutation of range(n); returns the mean loss.
