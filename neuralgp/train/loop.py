@@ -6,6 +6,7 @@ import math
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +157,21 @@ def _check(validate, log: TrainLog) -> float:
     return float(out)
 
 
+@contextmanager
+def denormals_flushed():
+    """Subnormal floats read and written as zero on the CPU (``torch.set_flush_denormal``) inside, the previous mode
+    restored after. Weight decay drives the weights of dead ReLU units (and their Adam moments) into the subnormal
+    range, where x86 arithmetic is many times slower: on uci/kin40k (fold 0, DAK-CF defaults, 1 thread) epochs
+    went from 0.33 s to 0.55–0.70 s after 30 of them without it, and stay at 0.33–0.37 s with it. Flushing values
+    below 1.2e-38 (float32) changes nothing a model computes; where the CPU cannot flush this is a no-op."""
+    previous = torch.tensor(1e-40).item() == 0.0  # a float32 subnormal reads as 0 when flushing is on
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(previous)
+
+
 def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every: int = 100,
           patience: int = 2000, verbose: bool = True, desc: str = "fit", unit: str = "it",
           max_seconds: float | None = None, checkpoint: Checkpoint | None = None) -> TrainLog:
@@ -180,10 +196,10 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
     if resumed is not None:
         done, elapsed, best = resumed
         first, start = done + 1, start - elapsed
-    bar = tqdm(total=n_steps, initial=first - 1, desc=desc, unit=unit, leave=False, dynamic_ncols=True,
-               disable=not verbose or not distributed.is_main(),
-               mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
-    try:
+    progress = tqdm(total=n_steps, initial=first - 1, desc=desc, unit=unit, leave=False, dynamic_ncols=True,
+                    disable=not verbose or not distributed.is_main(),
+                    mininterval=0.1 if sys.stderr.isatty() else 10.0)  # logs (CI, make demo) get a line per 10 s
+    with progress as bar, denormals_flushed():
         if validate is not None and resumed is None:
             val = _check(validate, log)
             log.history.append((0, math.nan, val))
@@ -229,8 +245,6 @@ def train(module: torch.nn.Module, step, n_steps: int, validate=None, eval_every
             if out_of_time:
                 log.out_of_time = True
                 break
-    finally:
-        bar.close()
     if checkpoint is not None:  # the trained module is the product: a finished training leaves no checkpoint
         checkpoint.remove()
     module.load_state_dict(best)
