@@ -86,7 +86,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P
     (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused).
     The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE for
-    ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D).
+    ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D). ``compile=True`` runs the
+    mini-batch step through torch.compile (``train.compiled``; measured in docs/methods/dak.md).
 
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
     lengthscale 0.3 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part

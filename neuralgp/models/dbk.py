@@ -28,7 +28,8 @@ from neuralgp.posterior.variational import FAMILIES
 class DBKRegressor(WeightSpaceRegressor):
     """Deep basis kernel GP regressor with exact (``inference="exact"``) or SVI (``"svi"``, SVDBK) inference.
 
-    Ablations of the paper: ``variance_correction=False`` (-c), ``rank=1`` (-r), both (-cr).
+    Ablations of the paper: ``variance_correction=False`` (-c), ``rank=1`` (-r), both (-cr). ``compile=True``: SVI's
+    mini-batch step through torch.compile (``train.compiled``); the exact path is not compiled.
     """
 
     name = "DBK"

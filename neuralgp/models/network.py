@@ -21,7 +21,8 @@ class NetworkClassifier(NeuralGPClassifier):
     """MLP (default FM-GP's 2 × 512, ReLU, LayerNorm; ``hidden`` a tuple: one layer per width; ``backbone="cnn"``:
     the small image CNN) → C logits, Adam on mini-batch cross-entropy. With ``embedding_dim`` the network ends at
     that many outputs and a linear head maps them to the C logits: DAK's extractor (``hidden=(64, 32),
-    embedding_dim=64``) with a plain head, the DAK paper's "NN" row."""
+    embedding_dim=64``) with a plain head, the DAK paper's "NN" row. ``compile=True``: the step through
+    torch.compile (``train.compiled``)."""
 
     param_rules = {"backbone": one_of("mlp", "cnn"), "hidden": (POSITIVE_INT, int_tuple(1)), "depth": POSITIVE_INT,
                    "embedding_dim": (NONE, POSITIVE_INT),
@@ -94,7 +95,8 @@ class NetworkClassifier(NeuralGPClassifier):
 class NetworkRegressor(NeuralGPRegressor):
     """MLP (default DAK's D → 64 → 32 → 64, ReLU) → a linear output, with a learned noise σ² (from 0.1 on
     standardised targets), trained by mini-batch Gaussian NLL with Adam; predicts N(f(x), σ²) — no epistemic
-    variance. The DAK paper's "NN" row and the reference for the epoch-time ratio."""
+    variance. The DAK paper's "NN" row and the reference for the epoch-time ratio. ``compile=True``: the step
+    through torch.compile (``train.compiled``), as for DAK."""
 
     param_rules = {"hidden": int_tuple(0), "embedding_dim": POSITIVE_INT, "activation": one_of(*ACTIVATIONS),
                    "max_epochs": POSITIVE_INT, "compile": BOOL, "batch_size": POSITIVE_INT, "lr": POSITIVE,
