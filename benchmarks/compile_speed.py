@@ -5,8 +5,8 @@ network and of DAK-CF, eager and compiled, in one process, interleaved, on each 
 Seconds per epoch = (time of a 110-epoch fit − time of a 10-epoch fit) / 100, so the compile (and everything a fit
 does once) cancels; it is printed apart as the 10-epoch fit's excess over 10 epochs. Each (set, model) is repeated
 ``--reps`` times in rotated order, after one untimed fit of each (imports; the first, cold compile: later fits
-compile from PyTorch's on-disk cache, which is what a user's repeated fits see). Test RMSE (data units) of the longer fits: compiled and
-eager train the same model up to float rounding. One TSV row per fit on stdout.
+compile from PyTorch's on-disk cache, which is what a user's repeated fits see). Test RMSE (data units) of the
+longer fits: compiled and eager train the same model up to float rounding. One TSV row per fit on stdout.
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/compile_speed.py uci/kin40k uci/protein uci/wine
 """

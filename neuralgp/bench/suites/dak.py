@@ -276,8 +276,8 @@ SUITES = [
              "§5.2.3), 'NLL' the correct one (eq. 50, data units). Paper rows use its settings (lr 1e-3, 100 "
              "epochs, batch 512, noise from 0.01); 'DAK-CF (defaults)', DBK, SVDBK and FM-GP our defaults; 'NN (1000 "
              "epochs)' is the network at DAK's default lr 3e-3 for 1000 epochs (no early stopping); 'DAK-CF (≤ 3000 "
-             "epochs)' the defaults with max_epochs 3000 (early stopping as the defaults); '(compiled)' rows are the paper "
-             "rows with compile=True (torch.compile of the loss and Adam; the build counts in their time). "
+             "epochs)' the defaults with max_epochs 3000 (early stopping as the defaults); '(compiled)' rows are the "
+             "paper rows with compile=True (torch.compile of the loss and Adam; the build counts in their time). "
              "'SV-DKL' is GPyTorch's grid-interpolation SV-DKL (GridSVDKLRegressor) with NN+SVGP's network and "
              "settings ending at P = 16 outputs, one 1-D grid GP of 64 points on each, LMC-mixed. AV-DKL is not run.",
         columns=[("rmse_original", "RMSE", 0), ("nll_plus_0693", "NLPD (+0.693)", 1), ("nll_original", "NLL", None),
