@@ -7,7 +7,7 @@ from neuralgp.train.loop import denormals_flushed
 
 
 def _flushing() -> bool:
-    return torch.tensor(1e-40).item() == 0.0
+    return torch.tensor(1e-40, dtype=torch.float32).item() == 0.0
 
 
 @pytest.mark.parametrize("before", [False, True])
