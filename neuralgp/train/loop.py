@@ -162,8 +162,8 @@ def denormals_flushed():
     """Subnormal floats read and written as zero on the CPU (``torch.set_flush_denormal``) inside, the previous mode
     restored after. Weight decay drives the weights of dead ReLU units (and their Adam moments) into the subnormal
     range, where x86 arithmetic is many times slower: on uci/kin40k (fold 0, DAK-CF defaults, 1 thread) epochs
-    went from 0.33 s to 0.55–0.70 s after 30 of them without it, and stay at 0.33–0.37 s with it. Flushing values
-    below 1.2e-38 (float32) changes nothing a model computes; where the CPU cannot flush this is a no-op."""
+    went from 0.33 s to 0.55–0.70 s after 30 of them without it, and stay at 0.33–0.37 s with it. Values below
+    1.2e-38 (float32) become 0: dak-table2's metrics did not move. Where the CPU cannot flush this is a no-op."""
     previous = torch.tensor(1e-40, dtype=torch.float32).item() == 0.0  # a subnormal reads as 0 when flushing
     torch.set_flush_denormal(True)
     try:
