@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import neuralgp as ng
+from neuralgp.errors import NotFittedError
 from neuralgp.train import compiled
 
 SMALL = dict(n_projections=4, grid_level=3, hidden=(16,), embedding_dim=8, max_epochs=3, batch_size=128, lr=1e-2,
@@ -38,8 +39,11 @@ def test_a_failed_build_names_the_cause_and_the_way_out(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     X, y = _data(60)
+    model = ng.NetworkRegressor(max_epochs=1, compile=True, verbose=False)
     with pytest.raises(RuntimeError, match="No working C.. compiler found.*compile=False"):
-        ng.NetworkRegressor(max_epochs=1, compile=True, verbose=False).fit(X, y)
+        model.fit(X, y)
+    with pytest.raises(NotFittedError):  # no half-fitted model left behind
+        model.predict(X)
 
 
 def test_disabled_is_the_loss_itself():
