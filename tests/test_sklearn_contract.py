@@ -45,7 +45,7 @@ ESTIMATORS = [
                        verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
     ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False),
-    ng.DKMRegressor(max_iter=3, verbose=False),
+    ng.DKMRegressor(max_iter=1, verbose=False),
 ]
 
 EXPECTED_FAILURES = {
