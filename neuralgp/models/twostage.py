@@ -37,7 +37,7 @@ from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, refit_kerne
                                     ridge_state)
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
-MEAN_MODELS = ("krr", "krrnn")
+MEAN_MODELS = ("krr", "krr-ard", "krrnn")
 VARIANCE_MODELS = ("exact", "gpnn", "svgp")
 CROSS_FIT_FOLDS = 5
 SHAPE_FOLDS = 10  # the noise shape's held-out folds: 5 (80 % of the rows) made yacht's errors too large (z² 0.5)
@@ -51,7 +51,9 @@ def _is_regressor(v) -> bool:
 
 @register
 class TwoStageGPRegressor(NeuralGPRegressor):
-    """Two-stage GP: ``mean`` = "krr", "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any
+    """Two-stage GP: ``mean`` = "krr", "krr-ard" (its search also tries one lengthscale per input, from a GP's
+    marginal likelihood on a subsample: ``KernelRidgeCV(ard=True)``), "krrnn" (kernel ridge on the ``n_neighbors``
+    nearest rows), any
     scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance GP fitted to the
     targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP),
     "gpnn" (GPnn with ``n_neighbors`` neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at
@@ -113,7 +115,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     def _fit_mean(self, X, y, loo: bool):
         if isinstance(self.mean, str):
             return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed,
-                                    device=self.device, loo=loo)
+                                    device=self.device, loo=loo, ard=self.mean == "krr-ard")
         return clone(self.mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
@@ -125,7 +127,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             return y - mean_model.predict(X, exclude_self=cross_fit)
         if not cross_fit:
             return y - mean_model.predict(X)
-        if self.mean == "krr":
+        if self.mean in ("krr", "krr-ard"):
             return mean_model.loo_residuals()
         out = np.empty_like(y)
         for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):

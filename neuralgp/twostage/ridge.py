@@ -1,10 +1,13 @@
 """Kernel ridge regression, the two-stage mean model: (K + λI)⁻¹y on Gram matrices of the registry's GPyTorch
 kernels — the system scikit-learn's KernelRidge solves (the tests compare the two), here one float64 Cholesky in
 torch so that the O(n³) steps run on a GPU when asked — its regulariser, kernel and lengthscale chosen by K-fold
-cross-validation (the paper's App. F.1 grid), and KRRNN — kernel ridge on each test point's w nearest training
+cross-validation (the paper's App. F.1 grid; with ``ard``, also one lengthscale per input from a GP's marginal
+likelihood), and KRRNN — kernel ridge on each test point's w nearest training
 neighbours (Algorithm 6), batched."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -14,21 +17,29 @@ from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.kernels import make_kernel
 from neuralgp.neighbours import nearest_rows
+from neuralgp.twostage.variance import fit_variance_gp
 
 ALPHAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # App. F.1
 KERNEL_NAMES = ("rbf", "matern32", "matern12")
 LENGTH_SCALE_FACTORS = (0.25, 0.5, 1.0, 2.0)  # times the median pairwise distance
 EDGE_STEPS = 3  # the lengthscale grid grows by factors of 2 past an end that wins, at most this many times
 CV_MAX_ROWS = 2000  # the search runs on a random subsample of at most this many rows; the final fit on all
+ARD_MAX_ROWS, ARD_STEPS = 500, 150  # the GP giving the ARD candidates: marginal likelihood on ≤ this many CV rows
+ARD_FACTORS = (0.5, 1.0, 2.0)  # the ARD candidates: its lengthscales times these
 
 
-def gram_tensor(kernel: str, length_scale: float, A, B=None, device="cpu") -> torch.Tensor:
+def gram_tensor(kernel: str, length_scale, A, B=None, device="cpu") -> torch.Tensor:
     """k(A, B) of the registry's kernel with unit output scale, a float64 tensor on ``device``; A and B may carry a
-    leading batch axis ((b, n, d) and (b, m, d) give (b, n, m))."""
-    k = make_kernel(kernel, lengthscale=length_scale).to(device=device, dtype=torch.float64)
+    leading batch axis ((b, n, d) and (b, m, d) give (b, n, m)). ``length_scale``: one number, or one per input
+    (ARD: the kernel with unit lengthscale on the inputs divided by them)."""
+    scales = np.asarray(length_scale, dtype=np.float64)
+    A = np.asarray(A, dtype=np.float64)
+    B = A if B is None else np.asarray(B, dtype=np.float64)
+    if scales.ndim:
+        A, B, scales = A / scales, B / scales, 1.0
+    k = make_kernel(kernel, lengthscale=float(scales)).to(device=device, dtype=torch.float64)
     k.outputscale = 1.0
-    A = torch.as_tensor(np.asarray(A, dtype=np.float64), device=device)
-    B = A if B is None else torch.as_tensor(np.asarray(B, dtype=np.float64), device=device)
+    A, B = torch.as_tensor(A, device=device), torch.as_tensor(B, device=device)
     with torch.no_grad():
         return k(A, B).to_dense()
 
@@ -46,6 +57,17 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
     d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))[np.triu_indices(len(X), 1)]
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
+
+
+def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu") -> tuple[np.ndarray, float]:
+    """(one lengthscale per input, λ = σ²/σ_f²) of the zero-mean GP with ``kernel`` fitted to (X, y) by its marginal
+    likelihood (``fit_variance_gp``, ``ARD_STEPS`` full-data steps, lengthscales started at √d): the kernel ridge
+    that equals that GP's posterior mean."""
+    model, _ = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=ARD_STEPS, device=device,
+                               ard=True, lengthscale=math.sqrt(np.shape(X)[1]))
+    k = model.covar_module
+    scales = k.base_kernel.lengthscale.detach().cpu().numpy().ravel()
+    return scales, float(model.likelihood.noise.detach()) / float(k.outputscale.detach())
 
 
 def cv_mse(K, y, splits, alphas) -> np.ndarray:
@@ -68,7 +90,11 @@ def cv_mse(K, y, splits, alphas) -> np.ndarray:
 
 class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
-    times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. When the best lengthscale is
+    times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. ``ard``: the candidates also
+    include, for each kernel, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
+    ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``), times each of ``ARD_FACTORS``, with that GP's
+    λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose; those rows also
+    fitted the GP, so its candidates' CV MSE is slightly optimistic). When the best lengthscale is
     the grid's largest (smallest), the grid grows by a factor of 2 past that end, up to ``edge_steps`` times:
     nearly linear data (uci/concreteslump, machine, pendulum) want 8–16 × the median distance, and a grid that
     stops at 2 × left their mean model's test RMSE 16–91 % higher (split 0; docs/methods/twostage.md). Fitted:
@@ -79,7 +105,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     factors are computed (float64 torch; "cuda" for the O(n³) steps at large n); fitted arrays are NumPy."""
 
     def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS,
-                 edge_steps=EDGE_STEPS, cv=5, refit=True, loo=False, seed=0, device="cpu"):
+                 edge_steps=EDGE_STEPS, cv=5, refit=True, loo=False, ard=False, seed=0, device="cpu"):
         self.kernels = kernels
         self.alphas = alphas
         self.length_scales = length_scales
@@ -87,6 +113,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         self.cv = cv
         self.refit = refit
         self.loo = loo
+        self.ard = ard
         self.seed = seed
         self.device = device
 
@@ -98,13 +125,15 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         splits = list(KFold(min(int(self.cv), len(rows)), shuffle=True, random_state=self.seed).split(rows))
         self.cv_mse_ = {}
 
+        def score(kernel, length_scale, alphas):
+            mse = cv_mse(gram_tensor(kernel, length_scale, X[rows], device=self.device), y[rows], splits, alphas)
+            for alpha, value in zip(alphas, mse):
+                self.cv_mse_[(kernel, length_scale, float(alpha))] = float(value)
+
         def search(factors):
             for kernel in self.kernels:
                 for factor in factors:
-                    mse = cv_mse(gram_tensor(kernel, factor * scale, X[rows], device=self.device), y[rows], splits,
-                                 self.alphas)
-                    for alpha, value in zip(self.alphas, mse):
-                        self.cv_mse_[(kernel, factor * scale, float(alpha))] = float(value)
+                    score(kernel, factor * scale, self.alphas)
             return min(self.cv_mse_, key=self.cv_mse_.get)
 
         factors = sorted(self.length_scales)
@@ -118,6 +147,13 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
                 best = search(factors[:1])
             else:
                 break
+        if self.ard:
+            sub = rows[rng.permutation(len(rows))[:ARD_MAX_ROWS]]
+            for kernel in self.kernels:
+                scales, alpha = ard_hyperparameters(X[sub], y[sub], kernel, self.seed, self.device)
+                for factor in ARD_FACTORS:
+                    score(kernel, tuple(float(v) for v in factor * scales), sorted({*map(float, self.alphas), alpha}))
+            best = min(self.cv_mse_, key=self.cv_mse_.get)
         self.kernel_, self.length_scale_, self.alpha_ = best
         return self.fit_chosen(X, y, self.loo) if self.refit else self
 
@@ -218,11 +254,12 @@ def refit_kernel_ridge(model, X, y, loo: bool = False):
 
 
 def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS, device="cpu",
-                     loo: bool = False):
+                     loo: bool = False, ard: bool = False):
     """Kernel ridge on all rows (``n_neighbors`` None: KernelRidgeCV, O(n³)) or KRRNN on ``n_neighbors`` with the
     hyper-parameters KernelRidgeCV chooses on its subsample (the scalable pipeline, Algorithm 6 line 2; KRRNN's
-    small solves stay on the CPU); ``loo``: KernelRidgeCV keeps its leave-one-out residuals."""
+    small solves stay on the CPU); ``loo``: KernelRidgeCV keeps its leave-one-out residuals; ``ard``: its search
+    also has the ARD candidates."""
     if n_neighbors is None:
-        return KernelRidgeCV(alphas=alphas, loo=loo, seed=seed, device=device).fit(X, y)
-    cv = KernelRidgeCV(alphas=alphas, refit=False, seed=seed, device=device).fit(X, y)
+        return KernelRidgeCV(alphas=alphas, loo=loo, ard=ard, seed=seed, device=device).fit(X, y)
+    cv = KernelRidgeCV(alphas=alphas, refit=False, ard=ard, seed=seed, device=device).fit(X, y)
     return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, n_neighbors).fit(X, y)

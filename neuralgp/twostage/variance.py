@@ -1,5 +1,5 @@
-"""The two-stage variance model: a zero-mean exact GP (GPyTorch, a registry kernel with one lengthscale, Gaussian
-noise) fitted to the residuals, its hyper-parameters warm-started on a random subsample (the paper's §4 and
+"""The two-stage variance model: a zero-mean exact GP (GPyTorch, a registry kernel with one lengthscale — or one per
+input, ``ard``, which the kernel-ridge mean's ARD candidates use —, Gaussian noise) fitted to the residuals, its hyper-parameters warm-started on a random subsample (the paper's §4 and
 Algorithm 7, lines 5–6: 100 AdamW steps at lr 0.1 on m points, then 10 on all, cosine annealing with warm restarts,
 the loss GPyTorch's marginal likelihood per point). float64 and Cholesky throughout: no CG, reproducible."""
 
@@ -19,9 +19,9 @@ CHOLESKY_ALWAYS = 10 ** 9  # gpytorch.settings.max_cholesky_size: never switch t
 
 
 class ZeroMeanGP(gpytorch.models.ExactGP):
-    def __init__(self, X, y, likelihood, kernel: str):
+    def __init__(self, X, y, likelihood, kernel: str, ard: bool = False, lengthscale: float | None = None):
         super().__init__(X, y, likelihood)
-        self.covar_module = make_kernel(kernel)
+        self.covar_module = make_kernel(kernel, dim=X.shape[-1], ard=ard, lengthscale=lengthscale)
 
     def forward(self, x):
         return gpytorch.distributions.MultivariateNormal(torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device),
@@ -52,9 +52,11 @@ def _synchronise(device) -> None:
 
 
 def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int = 0,
-                    subsample_steps: int = SUBSAMPLE_STEPS, full_steps: int = FULL_STEPS, device="cpu"):
+                    subsample_steps: int = SUBSAMPLE_STEPS, full_steps: int = FULL_STEPS, device="cpu",
+                    ard: bool = False, lengthscale: float | None = None):
     """Fit the zero-mean GP to residuals r on ``device``. ``warm_start`` = m: ``subsample_steps`` on m random
-    rows, then ``full_steps`` on all; None (or m ≥ n): ``subsample_steps`` on all rows (full training). Returns
+    rows, then ``full_steps`` on all; None (or m ≥ n): ``subsample_steps`` on all rows (full training). ``ard``:
+    one lengthscale per input; ``lengthscale``: their start (GPyTorch's default otherwise). Returns
     the model (with all rows as its training data, on ``device``) and a log {"subsample_s", "full_s", "losses"}."""
     X = torch.as_tensor(np.asarray(X, dtype=np.float64), device=device)
     r = torch.as_tensor(np.asarray(r, dtype=np.float64), device=device)
@@ -65,7 +67,8 @@ def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int =
         log = {"subsample_s": 0.0, "full_s": 0.0, "losses": []}
         if warm_start is not None and warm_start < n:
             rows = torch.as_tensor(np.random.default_rng(seed).choice(n, warm_start, replace=False), device=device)
-            model = ZeroMeanGP(X[rows], r[rows], likelihood, kernel).to(device=device, dtype=torch.float64)
+            model = ZeroMeanGP(X[rows], r[rows], likelihood, kernel, ard, lengthscale).to(device=device,
+                                                                                          dtype=torch.float64)
             t = time.perf_counter()
             log["losses"] += _optimise(model, likelihood, subsample_steps, SUBSAMPLE_LR)
             _synchronise(device)
@@ -73,7 +76,7 @@ def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int =
             model.set_train_data(X, r, strict=False)
             steps, lr = full_steps, FULL_LR
         else:
-            model = ZeroMeanGP(X, r, likelihood, kernel).to(device=device, dtype=torch.float64)
+            model = ZeroMeanGP(X, r, likelihood, kernel, ard, lengthscale).to(device=device, dtype=torch.float64)
             steps, lr = subsample_steps, SUBSAMPLE_LR
         t = time.perf_counter()
         log["losses"] += _optimise(model, likelihood, steps, lr)
