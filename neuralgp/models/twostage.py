@@ -53,8 +53,7 @@ def _is_regressor(v) -> bool:
 class TwoStageGPRegressor(NeuralGPRegressor):
     """Two-stage GP: ``mean`` = "krr", "krr-ard" (its search also tries one lengthscale per input, from a GP's
     marginal likelihood on a subsample: ``KernelRidgeCV(ard=True)``), "krrnn" (kernel ridge on the ``n_neighbors``
-    nearest rows), any
-    scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance GP fitted to the
+    nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance GP fitted to the
     targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP),
     "gpnn" (GPnn with ``n_neighbors`` neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at
     its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one

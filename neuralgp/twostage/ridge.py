@@ -60,9 +60,9 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
 
 
 def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu") -> tuple[np.ndarray, float]:
-    """(one lengthscale per input, λ = σ²/σ_f²) of the zero-mean GP with ``kernel`` fitted to (X, y) by its marginal
-    likelihood (``fit_variance_gp``, ``ARD_STEPS`` full-data steps, lengthscales started at √d): the kernel ridge
-    that equals that GP's posterior mean."""
+    """(one lengthscale per input, λ = σ²/σ_f²) of the zero-mean GP with ``kernel`` fitted to (X, y) by its
+    marginal likelihood (``fit_variance_gp``, ``ARD_STEPS`` full-data steps, lengthscales started at √d): with them,
+    kernel ridge equals that GP's posterior mean."""
     model, _ = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=ARD_STEPS, device=device,
                                ard=True, lengthscale=math.sqrt(np.shape(X)[1]))
     k = model.covar_module

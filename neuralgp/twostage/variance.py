@@ -1,7 +1,8 @@
 """The two-stage variance model: a zero-mean exact GP (GPyTorch, a registry kernel with one lengthscale — or one per
-input, ``ard``, which the kernel-ridge mean's ARD candidates use —, Gaussian noise) fitted to the residuals, its hyper-parameters warm-started on a random subsample (the paper's §4 and
-Algorithm 7, lines 5–6: 100 AdamW steps at lr 0.1 on m points, then 10 on all, cosine annealing with warm restarts,
-the loss GPyTorch's marginal likelihood per point). float64 and Cholesky throughout: no CG, reproducible."""
+input with ``ard``, which the kernel-ridge mean's ARD candidates use —, Gaussian noise) fitted to the residuals,
+its hyper-parameters warm-started on a random subsample (the paper's §4 and Algorithm 7, lines 5–6: 100 AdamW steps
+at lr 0.1 on m points, then 10 on all, cosine annealing with warm restarts, the loss GPyTorch's marginal likelihood
+per point). float64 and Cholesky throughout: no CG, reproducible."""
 
 from __future__ import annotations
 
