@@ -14,6 +14,6 @@ for k in splits:
     for ard in (False, True):
         t = time.perf_counter(); m = fit_kernel_ridge(X, y, ard=ard)
         rmse = np.sqrt(np.mean((m.predict(Xt) - yt) ** 2))
-        ls = m.length_scale_ if np.ndim(m.length_scale_) == 0 else "ard"
-        out += [f"{rmse:.4f}", f"{rmse * ys:.4f}", m.kernel_, str(ls) if ls == "ard" else f"{ls:.3g}", f"{m.alpha_:.2g}", f"{time.perf_counter() - t:.1f}"]
+        ls = "ard" if np.ndim(m.length_scale_) else f"{m.length_scale_:.3g}"
+        out += [f"{rmse:.4f}", f"{rmse * ys:.4f}", m.kernel_, ls, f"{m.alpha_:.2g}", f"{time.perf_counter() - t:.1f}"]
     print("\t".join(out), flush=True)

@@ -53,18 +53,19 @@ def _is_regressor(v) -> bool:
 class TwoStageGPRegressor(NeuralGPRegressor):
     """Two-stage GP: ``mean`` = "krr", "krr-ard" (its search also tries one lengthscale per input, from a GP's
     marginal likelihood on a subsample: ``KernelRidgeCV(ard=True)``), "krrnn" (kernel ridge on the ``n_neighbors``
-    nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance GP fitted to the
-    targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP),
-    "gpnn" (GPnn with ``n_neighbors`` neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at
-    its defaults); ``kernel`` = "auto" (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one
-    of them; ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when
-    there are more than 400 rows, else none; None or False — scikit-learn's "no
-    warm start" — for full training); ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the exact
-    variance GP and kernel ridge (the mean, the noise shape) compute ("cuda" for their O(n³) Cholesky and
-    eigendecomposition steps at large n), and GPnn or SVGP (their own ``device``); the kernel search's 500-row
-    fits and KRRNN's small solves stay on the CPU); ``recalibrate`` = scale the variances by α from the training
-    rows' leave-one-out z-scores (``_leave_one_out``; with the noise shape, the held-out folds' z-scores of
-    ``_held_out_shape``; the paper has no such step: False gives its algorithms);
+    nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance
+    GP fitted to the targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on
+    standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
+    neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
+    (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``warm_start`` = m rows
+    for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more than 400 rows, else
+    none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
+    "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the mean, the noise shape) compute
+    ("cuda" for their O(n³) Cholesky and eigendecomposition steps at large n), and GPnn or SVGP (their own
+    ``device``); the kernel search's 500-row fits and KRRNN's small solves stay on the CPU);
+    ``recalibrate`` = scale the variances by α from the training rows' leave-one-out z-scores (``_leave_one_out``;
+    with the noise shape, the held-out folds' z-scores of ``_held_out_shape``; the paper has no such step: False
+    gives its algorithms);
     ``noise`` = "heteroscedastic" (σ² s(x), s from kernel ridge on the log squared cross-fitted residuals, its
     strength chosen on held-out folds, ``neuralgp.twostage.noise``; KRRNN on ``n_neighbors`` for a variance model
     other than the exact GP; the rows' z-scores for the recalibration are then the held-out folds'),
