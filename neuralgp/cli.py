@@ -25,6 +25,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="neuralgp", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -119,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu")
     b.add_argument("--depth", type=_positive_int, default=None,
                    help="network depth of every model that has one (default: each model's own; dbk-speed: DBK's 2)")
+    b.add_argument("--max-memory-gb", type=_positive_float, default=None,
+                   help="memory budget of every model that has one (exact GP, two-stage, DKM; default each "
+                        "model's own, 8): a set past it is recorded as 'skipped: memory'")
     b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--report-only", action="store_true",
@@ -282,7 +296,7 @@ def _cmd_bench(args):
                     seeds=[int(s) for s in split(args.seeds)] if args.seeds else None,
                     dataset_names=split(args.datasets), model_names=split(args.models), quick=args.quick,
                     budget_s=args.budget, device=args.device, root=args.data_root, report_only=args.report_only,
-                    depth=args.depth)
+                    depth=args.depth, max_memory_gb=args.max_memory_gb)
     print((out / "table.md").read_text())
     print(f"wrote {out / 'results.jsonl'}, {out / 'table.md'} and {out / 'metrics.png'}")
 

@@ -173,12 +173,12 @@ def read_records(path: Path) -> list[dict]:
 
 def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=None, quick: bool = False,
               budget_s: float | None = None, device: str = "cpu", root=None, verbose: bool = True,
-              report_only: bool = False, depth: int | None = None) -> Path:
+              report_only: bool = False, depth: int | None = None, max_memory_gb: float | None = None) -> Path:
     """Run the missing (model, dataset, seed) jobs of a suite, then write ``table.md`` and the plot.
 
     ``report_only`` runs nothing and rewrites the report from the records already in ``out``. ``depth``
-    sets the network depth of every model that has one (default: each model's own). Each record holds the
-    model's scalar parameters.
+    sets the network depth of every model that has one (default: each model's own), ``max_memory_gb`` the memory
+    budget of every model that has one (a larger device's). Each record holds the model's scalar parameters.
     """
     name = suite.name
     budget_s = suite.budget_s if budget_s is None else budget_s
@@ -205,7 +205,8 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
     jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds_of(d) for m in model_names
                                    if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
-              **(QUICK["common"] if quick else {}), **({} if depth is None else {"depth": depth})}
+              **(QUICK["common"] if quick else {}), **({} if depth is None else {"depth": depth}),
+              **({} if max_memory_gb is None else {"max_memory_gb": max_memory_gb})}
     loaded = {}
     for dataset, seed, model_name in tqdm(jobs, desc=name, unit="run", disable=not verbose):
         if (dataset, seed) not in loaded:

@@ -160,3 +160,14 @@ def test_records_name_the_device_the_models_ran_on_not_the_machines_gpu():
         assert device_name("cuda") == torch.cuda.get_device_name(0)
     with pytest.raises(InputError, match="unknown device 'gpu'"):
         device_name("gpu")
+
+
+def test_max_memory_gb_reaches_every_model_that_has_one(tmp_path):
+    out = run_suite(SUITES["twostage-exact"], tmp_path, dataset_names=["gal/yacht"],
+                    model_names=["Exact-GP (RBF)", "Two-stage Exact-GP"], seeds=[0], verbose=False,
+                    max_memory_gb=1e-6)
+    records = read_records(out / "results.jsonl")
+    assert [r["status"] for r in records] == ["skipped: memory"] * 2
+    assert all(r["params"]["max_memory_gb"] == 1e-6 and "max_memory_gb" in r["reason"] for r in records)
+    with pytest.raises(SystemExit):
+        main(["bench", "twostage-exact", "--max-memory-gb", "0", "--out", str(tmp_path)])
