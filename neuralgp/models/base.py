@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import warnings
 
 import numpy as np
@@ -77,6 +78,14 @@ def student_t_df(z: np.ndarray) -> float:
     zero, one = np.zeros_like(z), np.ones_like(z)
     loss = lambda log_df: nll(z, zero, one, np.exp(log_df))  # noqa: E731  (the metric's own unit-variance t)
     return float(np.exp(minimize_scalar(loss, bounds=(np.log(MIN_DF), np.log(MAX_DF)), method="bounded").x))
+
+
+def device_memory_gb(device) -> float:
+    """The memory of ``device`` in GB: a GPU's total, or the machine's physical memory for the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 1e9
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
 def z2_moments(z2: np.ndarray) -> tuple[float, float, int]:

@@ -27,7 +27,7 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor, student_t_df, z2_moments
+from neuralgp.models.base import NeuralGPRegressor, device_memory_gb, student_t_df, z2_moments
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
@@ -39,6 +39,8 @@ from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_ou
 
 MEAN_MODELS = ("krr", "krr-ard", "krrnn")
 VARIANCE_MODELS = ("exact", "gpnn", "svgp")
+MEMORY_MATRICES = 10  # the exact pipeline's peak (the variance GP's gradient step) in float64 n × n matrices:
+# measured 11.8 at n = 3000 and 8.6 at n = 5000 on a CPU (peak RSS), at least 7.9 at n = 41k on an H200 (an OOM)
 CROSS_FIT_FOLDS = 5
 SHAPE_FOLDS = 10  # the noise shape's held-out folds: 5 (80 % of the rows) made yacht's errors too large (z² 0.5)
 AUTO_WARM_START = 200  # the paper's subsample (spec §4.6)
@@ -75,7 +77,9 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     freedom ``predictive_df_`` fitted by maximum likelihood to the same held-out z-scores as the recalibration
     (``student_t_df``; beyond the paper: the errors of real data are peaked and heavy-tailed — calibrated on 21 of
     21 sets of the calibration suite against the Gaussian's 20, NLL lower on 19: docs/methods/twostage.md), or
-    "gaussian" (the paper's N(mean, variance)).
+    "gaussian" (the paper's N(mean, variance)); ``max_memory_gb`` = the exact pipeline's memory budget: ``fit``
+    refuses before any work (ResourceLimitError) when its peak, about ``MEMORY_MATRICES`` float64 n × n matrices,
+    would exceed it; None (the default): the device's memory (``device_memory_gb``).
 
     Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
@@ -87,13 +91,13 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
-                   "aks_repeats": POSITIVE_INT, "max_memory_gb": POSITIVE, "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   "aks_repeats": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE), "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
                    "predictive": one_of("gaussian", "student_t"), "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
-                 n_neighbors=50, aks_repeats=20, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
+                 n_neighbors=50, aks_repeats=20, max_memory_gb=None, normalize_y=True, input_scaling="standard",
                  recalibrate=True, noise="auto", predictive="student_t", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
@@ -143,11 +147,14 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         if self.variance == "exact" and warm_start is not None and warm_start > len(y):
             raise ValueError(f"warm_start = {self.warm_start} is larger than the {len(y)} training rows; use at "
                              f"most {len(y)} or None (full training)")
-        need = 3 * 8 * len(y) ** 2 / 1e9  # float64 n × n kernel, its Cholesky factor and a gradient
-        if self.variance == "exact" and need > self.max_memory_gb:
-            raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > "
-                                     f"max_memory_gb = {self.max_memory_gb}; use the scalable pipeline "
-                                     f"(mean='krrnn', variance='gpnn': registry name twostage-nn)")
+        need = MEMORY_MATRICES * 8 * len(y) ** 2 / 1e9
+        limit = self.max_memory_gb or device_memory_gb(self.device)
+        if self.variance == "exact" and need > limit:
+            source = f"max_memory_gb = {self.max_memory_gb}" if self.max_memory_gb else \
+                f"the {limit:.1f} GB of device {self.device!r} (max_memory_gb overrides it)"
+            raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > {source}; "
+                                     f"use the scalable pipeline (mean='krrnn', variance='gpnn': registry name "
+                                     f"twostage-nn) or a device with more memory")
         if self.mean is None and self.noise == "heteroscedastic":
             raise ValueError("noise='heteroscedastic' shapes the noise from a mean model's held-out errors: give a "
                              "mean model, or noise='homoscedastic' with mean=None (one stage)")

@@ -9,7 +9,8 @@ from sklearn.dummy import DummyRegressor
 
 import neuralgp as ng
 from neuralgp.cli import main
-from neuralgp.errors import ParameterError
+from neuralgp.errors import ParameterError, ResourceLimitError
+from neuralgp.models import twostage
 from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, leave_one_out, predictive_variance
 from neuralgp.twostage.noise import STRENGTHS
 
@@ -193,6 +194,19 @@ def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
         ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
+
+
+def test_past_its_memory_the_exact_pipeline_refuses_before_any_work(monkeypatch):
+    need = twostage.MEMORY_MATRICES * 8 * len(Y) ** 2 / 1e9
+    model = ng.TwoStageGPRegressor(max_memory_gb=need / 2, verbose=False)
+    with pytest.raises(ResourceLimitError, match=f"max_memory_gb = {need / 2}.*twostage-nn"):
+        model.fit(X, Y)
+    assert not hasattr(model, "mean_model_")
+    monkeypatch.setattr(twostage, "device_memory_gb", lambda device: need / 2)  # the default: the device's memory
+    with pytest.raises(ResourceLimitError, match="of device 'cpu' \\(max_memory_gb overrides it\\)"):
+        ng.TwoStageGPRegressor(verbose=False).fit(X, Y)
+    ng.TwoStageGPRegressor(max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
+    ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
 
 
 def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_path):

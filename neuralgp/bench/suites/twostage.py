@@ -86,7 +86,8 @@ TWOSTAGE_NOTE = ("Gal's splits (90 % train incl. our validation part, which ever
                  "seeds are split indices. RMSE in the data's units; NLL per test point on targets standardised "
                  "by the training part (the spec's reading (a)); QICE in percent, 10 bins. Every GP: GPyTorch "
                  "ExactGP, zero mean, one isotropic lengthscale, float64 Cholesky, AdamW lr 0.1, one cosine cycle. "
-                 "Sets over max_memory_gb (8 GB: protein, n = 41k) are recorded as skipped.")
+                 "Sets past a model's memory budget (protein, n = 41k; max_memory_gb: the GPyTorch GP's 8 GB, "
+                 "two-stage's the device's memory) are recorded as skipped.")
 COLUMNS = [("rmse_original", "RMSE", 0), ("nll", "NLL", 1), ("qice", "QICE", 2), ("coverage_95", "95 % cov.", None),
            ("mean_z2", "mean z²", None), ("train_seconds", "train s", None)]
 
