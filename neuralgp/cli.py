@@ -131,8 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--depth", type=_positive_int, default=None,
                    help="network depth of every model that has one (default: each model's own; dbk-speed: DBK's 2)")
     b.add_argument("--max-memory-gb", type=_positive_float, default=None,
-                   help="memory budget of every model that has one (exact GP, two-stage, DKM; default each "
-                        "model's own, 8): a set past it is recorded as 'skipped: memory'")
+                   help="memory budget of every model that has one (default each model's own: 8 for the exact "
+                        "GP and DKM, the device's memory for two-stage): a set past it is recorded as "
+                        "'skipped: memory'")
     b.add_argument("--out", default=None, help="output folder (default benchmarks/results/SUITE)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--report-only", action="store_true",
