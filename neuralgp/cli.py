@@ -10,30 +10,27 @@ import sys
 from pathlib import Path
 
 from neuralgp.errors import NeuralGPError
+from neuralgp.params import POSITIVE, POSITIVE_INT
 
 DATA_ROOT_HELP = "data folder (default $NEURALGP_DATA, else ~/.cache/neuralgp)"
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a bad value is a one-line usage error, not a traceback from the model)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+def _argument_type(cast, rule):
+    """argparse type: ``cast(text)`` checked by an estimator parameter rule of ``neuralgp.params`` (a bad value is
+    a one-line usage error, not a traceback from the model)."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            value = None
+        if value is None or not rule.accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {rule.text}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+_positive_int = _argument_type(int, POSITIVE_INT)
+_positive_float = _argument_type(float, POSITIVE)
 
 
 def _parser() -> argparse.ArgumentParser:
