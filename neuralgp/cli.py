@@ -202,7 +202,8 @@ def _cmd_fit(args):
     from neuralgp import distributed
     if distributed.init_from_environment(args.device):  # a worker started by torchrun or --nproc
         with distributed.closing_group():
-            return _fit_and_report(args, main_worker=distributed.is_main())
+            _fit_and_report(args, main_worker=distributed.is_main())
+        distributed.exit_worker(0)
     return _fit_and_report(args, main_worker=True)
 
 

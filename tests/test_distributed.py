@@ -189,7 +189,7 @@ def _cli_fit(*extra, max_iter: int = 60) -> dict:
     cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "600", "--model", "dbk",
            "--max-iter", str(max_iter), "--rank", "32", "--json", "--quiet", *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, f"stdout: {done.stdout[-500:]}\nstderr: {done.stderr[-3000:]}"
     return json.loads(done.stdout)  # only rank 0 prints
 
 
