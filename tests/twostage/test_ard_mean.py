@@ -56,3 +56,20 @@ def test_two_stage_with_the_ard_mean_fits_and_round_trips(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     with pytest.raises(ValueError, match="krr-ard"):
         ng.TwoStageGPRegressor(mean="ard", verbose=False).fit(X, y)
+
+
+def test_the_ard_candidates_are_scored_by_gps_that_never_saw_the_rows_they_are_scored_on(monkeypatch):
+    from sklearn.model_selection import KFold
+
+    from neuralgp.twostage import ridge
+    seen = []
+
+    def spy(Xs, ys, *args):
+        seen.append({tuple(row) for row in Xs})
+        return ard_hyperparameters(Xs, ys, *args)
+    monkeypatch.setattr(ridge, "ard_hyperparameters", spy)
+    KernelRidgeCV(kernels=("rbf",), ard=True).fit(X[:60], y[:60])
+    folds = list(KFold(5, shuffle=True, random_state=0).split(np.arange(60)))
+    assert len(seen) == 1 + len(folds) and seen[0] == {tuple(row) for row in X[:60]}  # all rows: the final candidate
+    for rows, (train, test) in zip(seen[1:], folds):
+        assert rows == {tuple(row) for row in X[train]} and not rows & {tuple(row) for row in X[test]}
