@@ -1,0 +1,62 @@
+"""Which mean model the calibration row "Two-stage (ARD mean)" picks on a split, with the kernel-ridge search of an
+older commit (BEFORE, default 966f63f: ARD candidates scored in sample) and of the working tree (out of fold): the
+row's estimator (fit on training + validation parts, seed = split) runs up to the end of its search, no further.
+Where both pick the same (kernel, lengthscales, λ), the rest of the fit is the same code: the older record stands.
+Usage: python benchmarks/twostage_ard_choice.py DATASET SPLIT [SPLIT ...]; one JSON line per split."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+import neuralgp as ng
+from neuralgp.bench.runner import _load
+from neuralgp.bench.suites.calibration import split_of
+from neuralgp.twostage import ridge
+
+torch.set_num_threads(1)
+BEFORE = os.environ.get("BEFORE", "966f63f")
+
+
+class Chosen(Exception):
+    pass
+
+
+def _stop(self, X, y, loo=False):
+    raise Chosen(self.kernel_, self.length_scale_, self.alpha_)
+
+
+def _older_search():
+    source = subprocess.run(["git", "show", f"{BEFORE}:neuralgp/twostage/ridge.py"], capture_output=True, text=True,
+                            check=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("ridge_before", f.name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.unlink(f.name)
+    return module.KernelRidgeCV.fit
+
+
+def choice(search, ds, seed):
+    ridge.KernelRidgeCV.fit, ridge.KernelRidgeCV.fit_chosen = search, _stop
+    try:
+        ng.TwoStageGPRegressor(mean="krr-ard", seed=seed, verbose=False).fit(
+            np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val]))
+    except Chosen as chosen:
+        kernel, length_scale, alpha = chosen.args
+        return [kernel, list(length_scale) if np.ndim(length_scale) else length_scale, alpha]
+    raise RuntimeError("the fit ended without a kernel-ridge search")
+
+
+if __name__ == "__main__":
+    name, splits = sys.argv[1], [int(s) for s in sys.argv[2:]]
+    before, now = _older_search(), ridge.KernelRidgeCV.fit
+    for split in splits:
+        ds = _load(name, split, None, split_of)
+        old, new = choice(before, ds, split), choice(now, ds, split)
+        print(json.dumps({"dataset": name, "split": split, "before": old, "now": new, "same": old == new}), flush=True)
