@@ -211,7 +211,7 @@ def closing_group():
 def exit_worker(code: int = 0):
     """End a launched worker once it has left the process group, skipping the interpreter's teardown, where torch's
     C++ destructors (gloo's threads) run. A worker aborted once in CI with "terminate called without an active
-    exception" and the launcher failed the run (2026-11-27; not reproduced in 60 runs here, so where it aborted is not
+    exception" and the launcher failed the run (2026-11-27; not reproduced in 51 runs here, so where it aborted is not
     known: ``init_from_environment`` now turns on faulthandler, which prints the Python stack of such an abort)."""
     sys.stdout.flush()
     sys.stderr.flush()
