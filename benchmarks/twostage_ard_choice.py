@@ -1,4 +1,4 @@
-"""Which mean model the calibration row "Two-stage (ARD mean)" picks on a split, with the kernel-ridge search of an
+"""Which mean model the calibration row "Two-stage (ARD mean)" (the suite's own factory) picks on a split, with the kernel-ridge search of an
 older commit (BEFORE, default 966f63f: ARD candidates scored in sample) and of the working tree (out of fold): the
 row's estimator (fit on training + validation parts, seed = split) runs up to the end of its search, no further.
 Where both pick the same (kernel, lengthscales, λ), the rest of the fit is the same code: the older record stands.
@@ -13,13 +13,13 @@ import tempfile
 import numpy as np
 import torch
 
-import neuralgp as ng
 from neuralgp.bench.runner import _load
-from neuralgp.bench.suites.calibration import split_of
+from neuralgp.bench.suites.calibration import SUITES, split_of
 from neuralgp.twostage import ridge
 
 torch.set_num_threads(1)
 BEFORE = os.environ.get("BEFORE", "966f63f")
+SUITE, ROW = SUITES[0], "Two-stage (ARD mean)"
 
 
 class Chosen(Exception):
@@ -45,8 +45,8 @@ def _older_search():
 def choice(search, ds, seed):
     ridge.KernelRidgeCV.fit, ridge.KernelRidgeCV.fit_chosen = search, _stop
     try:
-        ng.TwoStageGPRegressor(mean="krr-ard", seed=seed, verbose=False).fit(
-            np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val]))
+        model = SUITE.models[ROW]({"verbose": False, **SUITE.model_params, "seed": seed}, len(ds.y_train))
+        model.fit(np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val]))
     except Chosen as chosen:
         kernel, length_scale, alpha = chosen.args
         return [kernel, list(length_scale) if np.ndim(length_scale) else length_scale, alpha]
