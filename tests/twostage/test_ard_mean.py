@@ -73,3 +73,17 @@ def test_the_ard_candidates_are_scored_by_gps_that_never_saw_the_rows_they_are_s
     assert len(seen) == 1 + len(folds) and seen[0] == {tuple(row) for row in X[:60]}  # all rows: the final candidate
     for rows, (train, test) in zip(seen[1:], folds):
         assert rows == {tuple(row) for row in X[train]} and not rows & {tuple(row) for row in X[test]}
+
+
+def test_only_the_grid_searchs_winning_kernel_gets_ard_candidates(monkeypatch):
+    from neuralgp.twostage import ridge
+    kernels = []
+
+    def spy(Xs, ys, kernel, *args):
+        kernels.append(kernel)
+        return ard_hyperparameters(Xs, ys, kernel, *args)
+    monkeypatch.setattr(ridge, "ard_hyperparameters", spy)
+    grid = KernelRidgeCV(refit=False).fit(X[:60], y[:60])
+    ard = KernelRidgeCV(refit=False, ard=True).fit(X[:60], y[:60])
+    assert kernels == [grid.kernel_] * 6  # the all-rows GP and one per fold
+    assert {key[0] for key in ard.cv_mse_ if np.ndim(key[1])} == {grid.kernel_}
