@@ -3,7 +3,9 @@ older commit (BEFORE, default 966f63f: ARD candidates scored in sample) and of t
 (fit on training + validation parts, seed = split) runs up to the end of its search, no further; with the seconds each
 took to get there (1 thread).
 Where both pick the same (kernel, lengthscales, λ), the rest of the fit is the same code: the older record stands.
-Usage: python benchmarks/twostage_ard_choice.py DATASET SPLIT [SPLIT ...]; one JSON line per split."""
+Usage: python benchmarks/twostage_ard_choice.py DATASET SPLIT [SPLIT ...]; one JSON line per split. With
+BEFORE_PICKS=FILE (lines of an earlier run with the same BEFORE), the older search's pick and seconds are read from
+there instead of being recomputed."""
 import importlib.util
 import json
 import time
@@ -65,12 +67,19 @@ def choice(search, ds, seed):
 if __name__ == "__main__":
     name, splits = sys.argv[1], [int(s) for s in sys.argv[2:]]
     before, now = _older_search(), _search(ridge.KernelRidgeCV)
+    known = {}
+    if os.environ.get("BEFORE_PICKS"):
+        for line in open(os.environ["BEFORE_PICKS"]):
+            r = json.loads(line)
+            if r.get("before_commit") == BEFORE:
+                known[(r["dataset"], r["split"])] = (r["before"], r["seconds_before"])
     for split in splits:
         ds = _load(name, split, None, split_of)
         start = time.perf_counter()
-        old = choice(before, ds, split)
+        old, seconds_before = known.get((name, split)) or (choice(before, ds, split), None)
         middle = time.perf_counter()
         new = choice(now, ds, split)
         print(json.dumps({"dataset": name, "split": split, "before": old, "now": new, "same": old == new,
-                          "before_commit": BEFORE, "seconds_before": round(middle - start, 1),
+                          "before_commit": BEFORE,
+                          "seconds_before": seconds_before if seconds_before else round(middle - start, 1),
                           "seconds_now": round(time.perf_counter() - middle, 1)}), flush=True)

@@ -26,7 +26,7 @@ def test_a_lengthscale_per_input_is_scikit_learns_anisotropic_kernel(name, refer
 
 
 def test_the_marginal_likelihood_lambda_makes_kernel_ridge_the_gp_posterior_mean():
-    scales, alpha = ard_hyperparameters(X[:80], y[:80], "rbf")
+    scales, alpha, _ = ard_hyperparameters(X[:80], y[:80], "rbf")
     gp, _ = fit_variance_gp(X[:80], y[:80], "rbf", warm_start=None, subsample_steps=150, ard=True, lengthscale=2.0)
     assert np.allclose(gp.covar_module.base_kernel.lengthscale.detach().numpy().ravel(), scales)
     ridge = KernelRidgeCV()
@@ -75,15 +75,16 @@ def test_the_ard_candidates_are_scored_by_gps_that_never_saw_the_rows_they_are_s
         assert rows == {tuple(row) for row in X[train]} and not rows & {tuple(row) for row in X[test]}
 
 
-def test_only_the_grid_searchs_winning_kernel_gets_ard_candidates(monkeypatch):
+def test_only_the_kernel_of_the_highest_marginal_likelihood_gets_ard_candidates(monkeypatch):
     from neuralgp.twostage import ridge
-    kernels = []
+    fits = []
 
     def spy(Xs, ys, kernel, *args):
-        kernels.append(kernel)
-        return ard_hyperparameters(Xs, ys, kernel, *args)
+        fits.append((kernel, *ard_hyperparameters(Xs, ys, kernel, *args)))
+        return fits[-1][1:]
     monkeypatch.setattr(ridge, "ard_hyperparameters", spy)
-    grid = KernelRidgeCV(refit=False).fit(X[:60], y[:60])
     ard = KernelRidgeCV(refit=False, ard=True).fit(X[:60], y[:60])
-    assert kernels == [grid.kernel_] * 6  # the all-rows GP and one per fold
-    assert {key[0] for key in ard.cv_mse_ if np.ndim(key[1])} == {grid.kernel_}
+    assert [f[0] for f in fits[:3]] == list(ridge.KERNEL_NAMES)  # every kernel's GP on all rows
+    best = min(fits[:3], key=lambda f: f[3])[0]
+    assert [f[0] for f in fits[3:]] == [best] * 5  # then one per fold, for the best only
+    assert {key[0] for key in ard.cv_mse_ if np.ndim(key[1])} == {best}
