@@ -44,7 +44,7 @@ ESTIMATORS = [
     ng.SVDKLClassifier(hidden=(16,), embedding_dim=8, num_inducing=16, max_epochs=60, lr=1e-2, gp_lr=0.05,
                        verbose=False),
     ng.SklearnGPRegressor(n_restarts_optimizer=0, verbose=False),
-    ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False),
+    ng.TwoStageGPRegressor(mean="krr", kernel="rbf", warm_start=None, verbose=False),  # ARD mean: test_ard_mean.py
     ng.DKMRegressor(max_iter=1, verbose=False),
 ]
 

@@ -59,15 +59,15 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
     return float(np.median(d)) if len(d) else 1.0
 
 
-def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu") -> tuple[np.ndarray, float, float]:
-    """(one lengthscale per input, λ = σ²/σ_f², the negative log marginal likelihood per row at the end) of the
-    zero-mean GP with ``kernel`` fitted to (X, y) by its marginal likelihood (``fit_variance_gp``, ``ARD_STEPS``
-    full-data steps, lengthscales started at √d): with them, kernel ridge equals that GP's posterior mean."""
-    model, log = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=ARD_STEPS, device=device,
-                                 ard=True, lengthscale=math.sqrt(np.shape(X)[1]))
+def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu") -> tuple[np.ndarray, float]:
+    """(one lengthscale per input, λ = σ²/σ_f²) of the zero-mean GP with ``kernel`` fitted to (X, y) by its
+    marginal likelihood (``fit_variance_gp``, ``ARD_STEPS`` full-data steps, lengthscales started at √d): with them,
+    kernel ridge equals that GP's posterior mean."""
+    model, _ = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=ARD_STEPS, device=device,
+                               ard=True, lengthscale=math.sqrt(np.shape(X)[1]))
     k = model.covar_module
     scales = k.base_kernel.lengthscale.detach().cpu().numpy().ravel()
-    return scales, float(model.likelihood.noise.detach()) / float(k.outputscale.detach()), log["losses"][-1]
+    return scales, float(model.likelihood.noise.detach()) / float(k.outputscale.detach())
 
 
 def cv_mse(K, y, splits, alphas) -> np.ndarray:
@@ -91,7 +91,7 @@ def cv_mse(K, y, splits, alphas) -> np.ndarray:
 class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. ``ard``: the candidates also
-    include, for the kernel of the highest marginal likelihood, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
+    include, for each kernel, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
     ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``), times each of ``ARD_FACTORS``, with that GP's
     λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each scoring a GP fitted
     without its held-out rows: ``_score_ard``). When the best lengthscale is
@@ -154,30 +154,28 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         return self.fit_chosen(X, y, self.loo) if self.refit else self
 
     def _score_ard(self, X, y, rows, sub, splits):
-        """The ARD candidates' CV MSE, for the kernel whose ARD GP on all of ``rows[sub]`` has the highest marginal
-        likelihood (scoring every kernel's, 18 GP fits instead of 8, picked the same on most splits and cost 2–3×
-        the time; docs/methods/twostage.md), out of fold: in each fold the GP that gives the lengthscales and its λ
-        is fitted to the fold's training rows among ``rows[sub]`` only, so the held-out rows never shape the
-        candidate they score (fitted once on all of ``rows[sub]``, the lengthscales had seen them: on sets of
-        100–250 rows the search then took ARD where it did not generalise). The candidates keep the lengthscales and
-        λ of the GP fitted to all of ``rows[sub]``, for the final fit."""
+        """The ARD candidates' CV MSE, out of fold: in each fold the GP that gives the lengthscales and its λ is
+        fitted to the fold's training rows among ``rows[sub]`` only, so the held-out rows never shape the candidate
+        they score (fitted once on all of ``rows[sub]``, the lengthscales had seen them: on sets of 100–250 rows the
+        search then took ARD where it did not generalise). The candidates keep the lengthscales and λ of the GP
+        fitted to all of ``rows[sub]``, for the final fit. Every kernel's candidates (3 × 6 GP fits): ARD for the
+        grid's winning kernel only, or for the kernel of the highest marginal likelihood, halved the cost and lost
+        the better candidate on uci/pendulum and uci/parkinsons (docs/methods/twostage.md)."""
         in_sub = np.zeros(len(rows), dtype=bool)
         in_sub[sub] = True
         grid = [float(a) for a in self.alphas]
-        fits = {kernel: ard_hyperparameters(X[rows[sub]], y[rows[sub]], kernel, self.seed, self.device)
-                for kernel in self.kernels}
-        kernel = min(fits, key=lambda name: fits[name][2])
-        scales, alpha, _ = fits[kernel]
-        keys = [(tuple(float(v) for v in factor * scales), a) for factor in ARD_FACTORS for a in [*grid, alpha]]
-        total = np.zeros(len(keys))
-        for train, test in splits:
-            fit_rows = rows[train[in_sub[train]]]
-            fold_scales, fold_alpha, _ = ard_hyperparameters(X[fit_rows], y[fit_rows], kernel, self.seed, self.device)
-            total += np.concatenate([cv_mse(gram_tensor(kernel, factor * fold_scales, X[rows], device=self.device),
-                                            y[rows], [(train, test)], [*grid, fold_alpha])
-                                     for factor in ARD_FACTORS])
-        for (length_scale, a), value in zip(keys, total / len(splits)):
-            self.cv_mse_[(kernel, length_scale, a)] = float(value)
+        for kernel in self.kernels:
+            scales, alpha = ard_hyperparameters(X[rows[sub]], y[rows[sub]], kernel, self.seed, self.device)
+            keys = [(tuple(float(v) for v in factor * scales), a) for factor in ARD_FACTORS for a in [*grid, alpha]]
+            total = np.zeros(len(keys))
+            for train, test in splits:
+                fit_rows = rows[train[in_sub[train]]]
+                fold_scales, fold_alpha = ard_hyperparameters(X[fit_rows], y[fit_rows], kernel, self.seed, self.device)
+                total += np.concatenate([cv_mse(gram_tensor(kernel, factor * fold_scales, X[rows], device=self.device),
+                                                y[rows], [(train, test)], [*grid, fold_alpha])
+                                         for factor in ARD_FACTORS])
+            for (length_scale, a), value in zip(keys, total / len(splits)):
+                self.cv_mse_[(kernel, length_scale, a)] = float(value)
 
     def _cholesky(self) -> torch.Tensor:
         """The Cholesky factor of K + λI at the training rows, on ``device``."""

@@ -9,7 +9,7 @@ from neuralgp.bench.suites.twostage import TOY_MODELS, format_toy, toy_figure, t
 
 
 def test_quick_exact_and_warm_start_tables(tmp_path):
-    # the two paper rows, the one-stage GP and the library default (`neuralgp bench twostage-exact --quick` runs all)
+    # the two paper rows, the one-stage GP and the KRR-mean default (`neuralgp bench twostage-exact --quick` runs all)
     rows = ["Exact-GP (RBF)", "Two-stage Exact-GP", "Two-stage (in-sample residuals)", "Two-stage (Student-t)"]
     out = run_suite(SUITES["twostage-exact"], tmp_path / "exact", model_names=rows, quick=True, verbose=False)
     records = read_records(out / "results.jsonl")

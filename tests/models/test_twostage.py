@@ -14,6 +14,13 @@ from neuralgp.models import twostage
 from neuralgp.twostage.variance import ZeroMeanGP, _optimise, fit_variance_gp, leave_one_out, predictive_variance
 from neuralgp.twostage.noise import STRENGTHS
 
+
+def two_stage(**params):
+    """The estimator with mean="krr" (the paper's isotropic search) unless a test names another: what these tests
+    check does not depend on the mean's search, and the default's ARD candidates cost 8 GP fits more a fit
+    (tests/twostage/test_ard_mean.py checks them and the default)."""
+    return ng.TwoStageGPRegressor(**{"mean": "krr", **params})
+
 rng = np.random.default_rng(0)
 X = rng.uniform(-3, 3, (120, 2))
 Y = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.3 * rng.standard_normal(120)
@@ -39,7 +46,7 @@ def test_warm_start_from_the_optimum_stays_at_its_likelihood():
 
 def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
     zero = DummyRegressor(strategy="constant", constant=0.0)
-    two = ng.TwoStageGPRegressor(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample", recalibrate=False,
+    two = two_stage(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample", recalibrate=False,
                                  noise="homoscedastic", verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     _, var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
@@ -50,7 +57,7 @@ def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
 
 @pytest.mark.parametrize("residuals", ["cross_fit", "in_sample"])
 def test_fit_predict_kernel_search_and_round_trip(residuals, tmp_path):
-    model = ng.TwoStageGPRegressor(residuals=residuals, aks_repeats=2, warm_start=60, verbose=False).fit(X, Y)
+    model = two_stage(residuals=residuals, aks_repeats=2, warm_start=60, verbose=False).fit(X, Y)
     assert model.kernel_ in ("rbf", "matern32", "matern12") and set(model.kernel_scores_) == {"rbf", "matern32",
                                                                                               "matern12"}
     Xt = rng.uniform(-3, 3, (50, 2))
@@ -63,15 +70,15 @@ def test_fit_predict_kernel_search_and_round_trip(residuals, tmp_path):
 
 
 def test_cross_fitted_residuals_are_larger_than_in_sample_ones():
-    a = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="in_sample", verbose=False).fit(X, Y)
-    b = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, residuals="cross_fit", verbose=False).fit(X, Y)
+    a = two_stage(kernel="rbf", warm_start=None, residuals="in_sample", verbose=False).fit(X, Y)
+    b = two_stage(kernel="rbf", warm_start=None, residuals="cross_fit", verbose=False).fit(X, Y)
     assert b.residual_scale_ > a.residual_scale_
 
 
 def test_the_variance_model_sees_residuals_of_unit_mean_square():
     """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
     0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
-    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False,
+    model = two_stage(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False,
                                    verbose=False)
     model.fit(X, 2 * X[:, 0] + 0.01 * Y)
     r = model.variance_model_.train_targets.numpy()
@@ -82,7 +89,7 @@ def test_the_variance_model_sees_residuals_of_unit_mean_square():
 
 
 def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
-    one = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, recalibrate=False, verbose=False).fit(X, Y)
+    one = two_stage(mean=None, kernel="rbf", warm_start=None, recalibrate=False, verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(one.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     mean, var_f, noise = predictive_variance(plain, one.x_scaler_.transform(X[:15]))
     dist = one.predict_dist(X[:15])
@@ -91,7 +98,7 @@ def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
     loaded = ng.load(one.save(tmp_path / "one.pt"))
     assert np.allclose(loaded.predict(X[:15]), dist["mean"])
     with pytest.raises(ValueError, match="mean=None"):
-        ng.TwoStageGPRegressor(mean=None, variance="gpnn", verbose=False).fit(X, Y)
+        two_stage(mean=None, variance="gpnn", verbose=False).fit(X, Y)
 
 
 @pytest.mark.parametrize("variance", ["gpnn", "svgp"])
@@ -100,7 +107,7 @@ def test_scalable_pipeline_fits_predicts_and_round_trips(variance, tmp_path, mon
         default = ng.TwoStageGPRegressor._variance_estimator
         monkeypatch.setattr(ng.TwoStageGPRegressor, "_variance_estimator",
                             lambda self: default(self).set_params(max_epochs=200))
-    model = ng.TwoStageGPRegressor(mean="krrnn", variance=variance, kernel="matern32", n_neighbors=20,
+    model = two_stage(mean="krrnn", variance=variance, kernel="matern32", n_neighbors=20,
                                    verbose=False).fit(X, Y)
     Xt = rng.uniform(-3, 3, (40, 2))
     dist = model.predict_dist(Xt)
@@ -114,7 +121,7 @@ def test_scalable_pipeline_fits_predicts_and_round_trips(variance, tmp_path, mon
 
 
 def test_krrnn_residuals_are_leave_one_out_when_cross_fitted():
-    loo = ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=15, verbose=False)
+    loo = two_stage(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=15, verbose=False)
     loo.fit(X, Y)
     ys = (Y - Y.mean()) / Y.std()
     Xs = loo.x_scaler_.transform(X)
@@ -155,8 +162,8 @@ def _loo_z2(model, resid):
 def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tmp_path):
     """α from the training rows' leave-one-out z² (mean plus half its standard error), applied to every variance."""
     one_noise = {"noise": "homoscedastic", "kernel": "rbf", "verbose": False} | pipeline
-    plain = ng.TwoStageGPRegressor(recalibrate=False, **one_noise).fit(X, Y)
-    model = ng.TwoStageGPRegressor(**one_noise).fit(X, Y)
+    plain = two_stage(recalibrate=False, **one_noise).fit(X, Y)
+    model = two_stage(**one_noise).fit(X, Y)
     z2 = _loo_z2(model, model.variance_model_.train_targets.numpy() if model.variance == "exact"
                  else model.variance_model_.train_y_)
     alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
@@ -171,13 +178,13 @@ def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
     """z² all zero (a mean model that reproduces every row it left out) would give α = 0, zero variances: the
     scale is then left out."""
     monkeypatch.setattr(ng.TwoStageGPRegressor, "_leave_one_out", lambda self, X, r: (0 * r, 1 + 0 * r, 1 + 0 * r))
-    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, noise="homoscedastic", verbose=False).fit(X, Y)
+    model = two_stage(kernel="rbf", warm_start=None, noise="homoscedastic", verbose=False).fit(X, Y)
     assert not hasattr(model, "variance_scale_") and np.all(model.predict(X[:5], return_std=True)[1] > 0)
 
 
 def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
-    model = ng.TwoStageGPRegressor(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None,
+    model = two_stage(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None,
                                    verbose=False).fit(X, Y)
     loo = model.mean_model_.loo_residuals() / model.residual_scale_
     z2 = _loo_z2(model, loo)
@@ -193,24 +200,24 @@ def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     ({"noise": "student"}, ParameterError, "noise"), ({"predictive": "t"}, ParameterError, "predictive")])
 def test_bad_parameters_are_clear_errors(params, error, match):
     with pytest.raises(error, match=match):
-        ng.TwoStageGPRegressor(verbose=False, **params).fit(X, Y)
+        two_stage(verbose=False, **params).fit(X, Y)
 
 
 def test_past_its_memory_the_exact_pipeline_refuses_before_any_work(monkeypatch):
     need = twostage.MEMORY_MATRICES * 8 * len(Y) ** 2 / 1e9
-    model = ng.TwoStageGPRegressor(max_memory_gb=need / 2, verbose=False)
+    model = two_stage(max_memory_gb=need / 2, verbose=False)
     with pytest.raises(ResourceLimitError, match=f"max_memory_gb = {need / 2}.*twostage-nn"):
         model.fit(X, Y)
     assert not hasattr(model, "mean_model_")
     monkeypatch.setattr(twostage, "device_memory_gb", lambda device: need / 2)  # the default: the device's memory
     with pytest.raises(ResourceLimitError, match="of device 'cpu' \\(max_memory_gb overrides it\\)"):
-        ng.TwoStageGPRegressor(verbose=False).fit(X, Y)
-    ng.TwoStageGPRegressor(max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
-    ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
+        two_stage(verbose=False).fit(X, Y)
+    two_stage(max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
+    two_stage(mean="krrnn", variance="gpnn", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
 
 
 def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_path):
-    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X[:60], Y[:60])
+    model = two_stage(kernel="rbf", verbose=False).fit(X[:60], Y[:60])
     expected = model.predict(X[:10], return_std=True)
     model.device = "cuda"  # what a model fitted on a GPU saves (its tensors are written from the CPU)
     path = model.save(tmp_path / "gpu.pt")
@@ -235,8 +242,8 @@ def test_heteroscedastic_noise_follows_the_residuals_and_lowers_the_held_out_nll
     X_test, y_test = _funnel(400, 2)
     kw = {"kernel": "rbf", "verbose": False} | ({} if variance == "exact" else
                                                {"mean": "krrnn", "variance": "gpnn", "n_neighbors": 30})
-    plain = ng.TwoStageGPRegressor(noise="homoscedastic", **kw).fit(X_fit, y_fit)
-    het = ng.TwoStageGPRegressor(noise="heteroscedastic", **kw).fit(X_fit, y_fit)
+    plain = two_stage(noise="homoscedastic", **kw).fit(X_fit, y_fit)
+    het = two_stage(noise="heteroscedastic", **kw).fit(X_fit, y_fit)
     edges = np.array([[-2.7, 0.0], [2.7, 0.0]])
     dist = het.predict_dist(edges)
     low, high = dist["var_y"] - dist["var_f"]
@@ -248,7 +255,7 @@ def test_heteroscedastic_noise_follows_the_residuals_and_lowers_the_held_out_nll
 
 
 def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tmp_path):
-    model = ng.TwoStageGPRegressor(kernel="rbf", verbose=False).fit(X, Y)  # "auto": heteroscedastic here
+    model = two_stage(kernel="rbf", verbose=False).fit(X, Y)  # "auto": heteroscedastic here
     Xs = model.x_scaler_.transform(X[:10])
     dist = model.predict_dist(X[:10])
     shape = model.noise_shape_(Xs)
@@ -256,10 +263,10 @@ def test_heteroscedastic_noise_is_the_noise_times_the_shape_and_survives_save(tm
     assert np.isclose(np.mean(model.noise_shape_(model.x_scaler_.transform(X))), 1.0)
     loaded = ng.load(model.save(tmp_path / "het.pt"))
     assert np.allclose(loaded.predict(X[:10], return_std=True)[1], model.predict(X[:10], return_std=True)[1])
-    assert ng.TwoStageGPRegressor(kernel="rbf", noise="homoscedastic", verbose=False).fit(X, Y).noise_shape_ is None
-    one_noise = ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", n_neighbors=20, kernel="rbf", verbose=False)
+    assert two_stage(kernel="rbf", noise="homoscedastic", verbose=False).fit(X, Y).noise_shape_ is None
+    one_noise = two_stage(mean="krrnn", variance="gpnn", n_neighbors=20, kernel="rbf", verbose=False)
     assert one_noise.fit(X, Y).noise_shape_ is None  # "auto" shapes the exact GP's noise only
-    one_stage = ng.TwoStageGPRegressor(mean=None, kernel="rbf", warm_start=None, verbose=False)
+    one_stage = two_stage(mean=None, kernel="rbf", warm_start=None, verbose=False)
     assert one_stage.fit(X, Y).noise_shape_ is None  # ... and only behind a mean model
     with pytest.raises(ValueError, match="needs a mean model|give a mean model"):
         one_stage.set_params(noise="heteroscedastic").fit(X, Y)
@@ -286,8 +293,8 @@ def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path
     Xh = g.uniform(-3, 3, (200, 2))
     yh = np.sin(Xh[:, 0]) + 0.3 * g.standard_t(3, 200)  # heavy-tailed noise
     kw = {"kernel": "rbf", "noise": "homoscedastic", "verbose": False}
-    gauss = ng.TwoStageGPRegressor(predictive="gaussian", **kw).fit(Xh, yh)
-    heavy = ng.TwoStageGPRegressor(**kw).fit(Xh, yh)  # the default: Student-t
+    gauss = two_stage(predictive="gaussian", **kw).fit(Xh, yh)
+    heavy = two_stage(**kw).fit(Xh, yh)  # the default: Student-t
     assert gauss.predictive_df is None and "df" not in gauss.predict_dist(Xh[:5])
     assert 2.5 <= heavy.predictive_df_ < 15  # the t₃ noise shows in the held-out z-scores
     for a, b in zip(gauss.predict(Xh[:20], return_std=True), heavy.predict(Xh[:20], return_std=True)):
@@ -306,7 +313,7 @@ def test_student_t_predictive_keeps_mean_and_variance_and_survives_save(tmp_path
 
 
 def test_a_file_from_before_the_student_t_default_loads_as_the_gaussian_it_was(tmp_path):
-    model = ng.TwoStageGPRegressor(kernel="rbf", noise="homoscedastic", predictive="gaussian", verbose=False)
+    model = two_stage(kernel="rbf", noise="homoscedastic", predictive="gaussian", verbose=False)
     path = model.fit(X[:60], Y[:60]).save(tmp_path / "old.pt")
     saved = torch.load(path, weights_only=True)
     del saved["params"]["predictive"]  # what files saved before the option hold
@@ -319,8 +326,8 @@ def test_a_file_from_before_the_student_t_default_loads_as_the_gaussian_it_was(t
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_a_fit_on_the_gpu_equals_the_fit_on_the_cpu():
     """device="cuda" moves kernel ridge (mean, noise shape) and the variance GP to the GPU: the same float64 math."""
-    cpu = ng.TwoStageGPRegressor(verbose=False).fit(X[:100], Y[:100])
-    gpu = ng.TwoStageGPRegressor(device="cuda", verbose=False).fit(X[:100], Y[:100])
+    cpu = two_stage(verbose=False).fit(X[:100], Y[:100])
+    gpu = two_stage(device="cuda", verbose=False).fit(X[:100], Y[:100])
     assert (gpu.kernel_, gpu.mean_model_.kernel_, gpu.noise_shape_.strength_) == \
         (cpu.kernel_, cpu.mean_model_.kernel_, cpu.noise_shape_.strength_)
     assert np.allclose(gpu.predict(X[100:], return_std=True), cpu.predict(X[100:], return_std=True), rtol=1e-5)

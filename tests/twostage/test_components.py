@@ -9,6 +9,7 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.neighbors import NearestNeighbors
 
+import neuralgp as ng
 from neuralgp.twostage import KernelRidgeCV, KRRNNRegressor, NoiseShape, farthest_point_sampling, gram
 from neuralgp.twostage.noise import STRENGTHS
 from neuralgp.twostage.ridge import cv_mse, median_distance, refit_kernel_ridge
@@ -157,6 +158,8 @@ def test_delta_test_errors_and_decision():
         delta_ratio_test(X, y, "cosine")
     with pytest.raises(ValueError, match="model"):
         delta_ratio_test(X, y, "rbf", model="svm")
+    with pytest.raises(ValueError, match="at least 3.*kernel='rbf'"):  # the estimator's kernel="auto" on 2 rows
+        ng.TwoStageGPRegressor(mean="krr", verbose=False).fit(X[:2], y[:2])
     result = delta_ratio_test(X, y, "rbf", model="krr", repeats=2, subsample=100)
     assert len(result.fractions) == 2 and result.rejected == (result.score < 0.95)
 
