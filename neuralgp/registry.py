@@ -50,9 +50,9 @@ ESTIMATORS = {
                    "softmax likelihood)", SVDKLRegressor, SVDKLClassifier),
     "svdkl-grid": Entry("GPyTorch SV-DKL as in the DAK paper: 16 network outputs, a 1-D grid (KISS-GP) variational "
                         "GP on each, mixed linearly", GridSVDKLRegressor),
-    "twostage": Entry("two-stage GP: kernel-ridge mean (ARD candidates), exact GP variance on cross-fitted residuals, kernel search, "
-                      "subsample warm start, heteroscedastic noise, variances recalibrated by held-out z², "
-                      "Student-t predictive",
+    "twostage": Entry("two-stage GP: kernel-ridge mean (ARD candidates), exact GP variance on cross-fitted residuals, "
+                      "kernel search, subsample warm start, heteroscedastic noise, variances recalibrated by held-out "
+                      "z², Student-t predictive",
                       TwoStageGPRegressor),
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "
                          "leave-one-out residuals, kernel search, variances recalibrated by leave-one-out z²",

@@ -55,9 +55,8 @@ def _is_regressor(v) -> bool:
 class TwoStageGPRegressor(NeuralGPRegressor):
     """Two-stage GP: ``mean`` = "krr-ard" (the default: kernel ridge whose search also tries one lengthscale per
     input, from a GP's marginal likelihood on a subsample, ``KernelRidgeCV(ard=True)``; chosen over "krr" on the
-    calibration suite's sets and Table 2's: docs/methods/twostage.md, "The default mean"), "krr" (the paper's
-    isotropic search only), "krrnn" (kernel ridge on the ``n_neighbors``
-    nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance
+    calibration suite's sets and Table 2's: docs/methods/twostage.md, "The default since 2026-11-27"), "krr" (the
+    paper's isotropic search only), "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance
     GP fitted to the targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on
     standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"

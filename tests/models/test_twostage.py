@@ -17,7 +17,7 @@ from neuralgp.twostage.noise import STRENGTHS
 
 def two_stage(**params):
     """The estimator with mean="krr" (the paper's isotropic search) unless a test names another: what these tests
-    check does not depend on the mean's search, and the default's ARD candidates cost 8 GP fits more a fit
+    check does not depend on the mean's search, and the default's ARD candidates cost 18 GP fits more a fit
     (tests/twostage/test_ard_mean.py checks them and the default)."""
     return ng.TwoStageGPRegressor(**{"mean": "krr", **params})
 
@@ -47,7 +47,7 @@ def test_warm_start_from_the_optimum_stays_at_its_likelihood():
 def test_with_a_zero_mean_model_the_variance_is_the_plain_gps():
     zero = DummyRegressor(strategy="constant", constant=0.0)
     two = two_stage(mean=zero, kernel="rbf", warm_start=None, residuals="in_sample", recalibrate=False,
-                                 noise="homoscedastic", verbose=False).fit(X, Y)
+                    noise="homoscedastic", verbose=False).fit(X, Y)
     plain, _ = fit_variance_gp(two.x_scaler_.transform(X), (Y - Y.mean()) / Y.std(), "rbf", warm_start=None)
     _, var_f, noise = predictive_variance(plain, two.x_scaler_.transform(X[:15]))
     dist = two.predict_dist(X[:15])
@@ -79,7 +79,7 @@ def test_the_variance_model_sees_residuals_of_unit_mean_square():
     """Tiny residuals (a nearly exact mean) would leave GPyTorch's noise, started at 0.693 and moved 100 steps at lr
     0.1, far above them; scaled to unit mean square, the noise reaches their level and the variances scale back."""
     model = two_stage(noise="homoscedastic", kernel="rbf", warm_start=None, recalibrate=False,
-                                   verbose=False)
+                      verbose=False)
     model.fit(X, 2 * X[:, 0] + 0.01 * Y)
     r = model.variance_model_.train_targets.numpy()
     assert np.mean(r ** 2) == pytest.approx(1.0) and model.residual_scale_ < 0.05
@@ -108,7 +108,7 @@ def test_scalable_pipeline_fits_predicts_and_round_trips(variance, tmp_path, mon
         monkeypatch.setattr(ng.TwoStageGPRegressor, "_variance_estimator",
                             lambda self: default(self).set_params(max_epochs=200))
     model = two_stage(mean="krrnn", variance=variance, kernel="matern32", n_neighbors=20,
-                                   verbose=False).fit(X, Y)
+                      verbose=False).fit(X, Y)
     Xt = rng.uniform(-3, 3, (40, 2))
     dist = model.predict_dist(Xt)
     truth = 2 * Xt[:, 0] + np.sin(3 * Xt[:, 1])
@@ -185,7 +185,7 @@ def test_leave_one_out_errors_of_zero_leave_the_variances_unscaled(monkeypatch):
 def test_recalibration_of_in_sample_residuals_uses_the_leave_one_out_errors():
     """The variance GP fitted to in-sample residuals is still recalibrated on errors the mean model never saw."""
     model = two_stage(noise="homoscedastic", kernel="rbf", residuals="in_sample", warm_start=None,
-                                   verbose=False).fit(X, Y)
+                      verbose=False).fit(X, Y)
     loo = model.mean_model_.loo_residuals() / model.residual_scale_
     z2 = _loo_z2(model, loo)
     assert model.variance_scale_ == pytest.approx(np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1)))
