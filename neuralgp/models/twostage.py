@@ -31,7 +31,7 @@ from neuralgp.models.base import NeuralGPRegressor, device_memory_gb, student_t_
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
-from neuralgp.twostage.kernel_search import automatic_kernel_search
+from neuralgp.twostage.kernel_search import automatic_kernel_search, check_search_rows
 from neuralgp.twostage.noise import NoiseShape
 from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, refit_kernel_ridge, ridge_from_state,
                                     ridge_state)
@@ -56,7 +56,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     """Two-stage GP: ``mean`` = "krr-ard" (the default: kernel ridge whose search also tries one lengthscale per
     input, from a GP's marginal likelihood on a subsample, ``KernelRidgeCV(ard=True)``; chosen over "krr" on the
     calibration suite's sets and Table 2's: docs/methods/twostage.md, "The default since 2026-11-27"), "krr" (the
-    paper's isotropic search only), "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any scikit-learn regressor (cloned, fitted to the scaled data) or None — one stage: the variance
+    paper's isotropic search only), "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any scikit-learn
+    regressor (cloned, fitted to the scaled data) or None — one stage: the variance
     GP fitted to the targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on
     standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
@@ -161,6 +162,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                              "mean model, or noise='homoscedastic' with mean=None (one stage)")
         if self.mean is None and self.variance != "exact":
             raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
+        if self.kernel == "auto":
+            check_search_rows(len(y))
         shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
                                                       and self.mean is not None)
         heavy_tailed = self.predictive == "student_t"

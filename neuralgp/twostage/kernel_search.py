@@ -68,6 +68,13 @@ class DeltaTest:
         return self.score < 1 - self.delta
 
 
+def check_search_rows(n: int) -> None:
+    """The Δ-test holds out 20 % of the rows: with fewer than 3, 80 % rounds to all of them."""
+    if n < 3:
+        raise ValueError(f"the kernel search holds out 20 % of the rows and needs at least 3, got {n}; "
+                         "name the kernel instead (kernel='rbf', 'matern32' or 'matern12')")
+
+
 def delta_ratio_test(X, y, kernel: str, model: str = "gp", repeats: int = REPEATS, subsample: int = SUBSAMPLE,
                      delta: float = 0.05, seed: int = 0) -> DeltaTest:
     """Algorithm 2 for ``kernel`` (one of rbf, matern32, matern12) and ``model`` ("gp" or "krr")."""
@@ -76,9 +83,7 @@ def delta_ratio_test(X, y, kernel: str, model: str = "gp", repeats: int = REPEAT
     if model not in ("gp", "krr"):
         raise ValueError(f"model must be 'gp' or 'krr', got {model!r}")
     X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(y) < 3:  # 80 % of 2 rows rounds to both: nothing would be held out
-        raise ValueError(f"the kernel search holds out 20 % of the rows and needs at least 3, got {len(y)}; "
-                         "name the kernel instead (kernel='rbf', 'matern32' or 'matern12')")
+    check_search_rows(len(y))
     rng = np.random.default_rng(seed)
     fractions = []
     for rep in range(int(repeats)):

@@ -158,8 +158,12 @@ def test_delta_test_errors_and_decision():
         delta_ratio_test(X, y, "cosine")
     with pytest.raises(ValueError, match="model"):
         delta_ratio_test(X, y, "rbf", model="svm")
-    with pytest.raises(ValueError, match="at least 3.*kernel='rbf'"):  # the estimator's kernel="auto" on 2 rows
-        ng.TwoStageGPRegressor(mean="krr", verbose=False).fit(X[:2], y[:2])
+    with pytest.raises(ValueError, match="at least 3.*kernel='rbf'"):
+        delta_ratio_test(X[:2], y[:2], "rbf")
+    model = ng.TwoStageGPRegressor(verbose=False)
+    with pytest.raises(ValueError, match="at least 3.*kernel='rbf'"):  # kernel="auto" on 2 rows: before any work
+        model.fit(X[:2], y[:2])
+    assert not hasattr(model, "mean_model_")
     result = delta_ratio_test(X, y, "rbf", model="krr", repeats=2, subsample=100)
     assert len(result.fractions) == 2 and result.rejected == (result.score < 0.95)
 
