@@ -34,6 +34,7 @@ def test_scalable_quick_runs_the_nearest_neighbour_rows(tmp_path):
                     verbose=False)
     records = read_records(out / "results.jsonl")
     assert all(r["status"] == "ok" and r["hc_rmse"] > 0 and r["lc_rmse"] > 0 for r in records)
+    assert {r["params"]["mean"] for r in records if r["model"] == "Two-stage GPnn"} == {"krrnn"}  # Algorithm 6's mean
     assert "| Two-stage GPnn | 1/1 |" in (out / "table.md").read_text()
 
 
