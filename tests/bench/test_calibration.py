@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from neuralgp.bench.calibration import calibrated, coverage_band, pooled
+from neuralgp.bench.calibration import calibrated, coverage_band, nll_at_most_baselines, nll_by_split, pooled
 from neuralgp.bench.runner import read_records, run_suite
 from neuralgp.bench.suites import SUITES
 from neuralgp.bench.suites.calibration import DATASETS, splits_of
@@ -30,6 +30,25 @@ def test_pooling_weights_splits_by_test_size_and_the_rule_needs_both_coverage_an
     assert calibrated(pooled([_record(0.95, 1.0, 400)]))
     assert not calibrated(pooled([_record(0.85, 1.0, 4000)]))
     assert pooled([{"status": "skipped: memory"}]) is None
+
+
+def _nll(model, split, value):
+    return {**_record(0.95, 1.0, 100), "dataset": "s", "model": model, "split": split, "nll": value}
+
+
+def test_nll_is_compared_with_each_baseline_on_the_splits_both_ran():
+    # ours: 1.0 on a hard split 0, 0.0 on split 1; the baseline ran split 0 only, at 0.9. Each row's mean over its
+    # own splits (0.5 against 0.9) would say ours is better; on the split both ran it is worse
+    records = [_nll("ours", "0", 1.0), _nll("ours", "1", 0.0), _nll("base", "0", 0.9), {"status": "failed"}]
+    nlls = nll_by_split(records)
+    assert nlls[("s", "ours")] == {"0": 1.0, "1": 0.0}
+    assert nll_at_most_baselines(nlls, "s", "ours", ["base"]) is False
+    records.append(_nll("base", "1", 0.5))  # both splits: 0.5 against 0.7; a second baseline shares no split
+    records.append(_nll("other", "7", -9.0))
+    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["base", "other"]) is True
+    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["other"]) is None
+    records[-2] = _nll("base", "1", -0.5)  # 0.5 against 0.2
+    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["base", "other"]) is False
 
 
 def test_the_suite_covers_every_shared_set_with_more_splits_for_small_ones():
