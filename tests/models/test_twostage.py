@@ -213,7 +213,7 @@ def test_past_its_memory_the_exact_pipeline_refuses_before_any_work(monkeypatch)
     with pytest.raises(ResourceLimitError, match="of device 'cpu' \\(max_memory_gb overrides it\\)"):
         two_stage(verbose=False).fit(X, Y)
     two_stage(max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
-    two_stage(mean="krrnn", variance="gpnn", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
+    two_stage(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
 
 
 def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_path):

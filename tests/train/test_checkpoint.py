@@ -80,8 +80,8 @@ def test_a_checkpoint_of_another_fit_is_refused(tmp_path, monkeypatch):
 
 
 def _cli(*args, wait=True):
-    cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "300", "--model", "dbk",
-           "--max-iter", "120", "--rank", "16", "--json", "--quiet", *args]
+    cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "1200", "--model", "dbk",
+           "--max-iter", "60", "--rank", "16", "--json", "--quiet", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
