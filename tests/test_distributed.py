@@ -182,12 +182,12 @@ def test_a_dead_worker_gives_an_error_not_a_hang(tmp_path):
     assert got["error"] and got["seconds"] < 25
 
 
-def _cli_fit(*extra, max_iter: int = 60) -> dict:
+def _cli_fit(*extra) -> dict:
     import json
     import subprocess
     import sys
     cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "600", "--model", "dbk",
-           "--max-iter", str(max_iter), "--rank", "32", "--json", "--quiet", *extra]
+           "--max-iter", "60", "--rank", "32", "--json", "--quiet", *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"stdout: {done.stdout[-500:]}\nstderr: {done.stderr[-3000:]}"
     return json.loads(done.stdout)  # only rank 0 prints
