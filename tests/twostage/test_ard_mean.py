@@ -47,8 +47,9 @@ def test_the_search_takes_the_ard_candidate_where_inputs_differ_in_relevance():
 
 
 def test_two_stage_with_the_default_ard_mean_fits_and_round_trips(tmp_path, monkeypatch):
-    # the wiring, round trip and tiny-data path, not the ARD GP's convergence (the test above): 40 steps for its 150
-    # keep the irrelevant inputs' lengthscales 6x the relevant one's and the fits 3-4x faster
+    # the wiring, round trip and tiny-data path, not the ARD GP's convergence (the marginal-likelihood λ test checks
+    # that at 150 steps): 40 ARD steps keep the irrelevant inputs' lengthscales 6x the relevant one's and the
+    # fits 3-4x faster
     monkeypatch.setattr(ridge, "ARD_STEPS", 40)
     model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X[:80], y[:80])  # the default mean
     assert len(model.mean_model_.length_scale_) == 4
