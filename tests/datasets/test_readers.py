@@ -123,7 +123,7 @@ def test_unknown_names_and_splits():
 
 def test_available_and_catalogue_list_sizes():
     table = {name: (n, d) for name, n, d in datasets.available()}
-    assert table["uci/pol"] == (1000, 26) and table["gal/yacht"] == (308, 6)
+    assert table["uci/pol"] == (1000, 26) and table["gal/yacht"] == (160, 6)
     assert table["uci_classification/magic"] == (2400, 10) and table["uci_classification/letter"] == (520, 16)
     listed = {name: (n, d, here) for name, n, d, here in datasets.catalogue()}
     assert listed["uci/protein"] == (45730, 9, False)  # known, downloadable, not here

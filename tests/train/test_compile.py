@@ -20,9 +20,9 @@ def _data(n=300, seed=0):
 
 
 def test_a_compiled_dak_fit_is_the_eager_fit():
-    # 300 rows in batches of 128: the full batches and the last one (44 rows) each compile; the custom autograd node
-    # of DAK-CF's moments runs inside the compiled graph
-    X, y = _data()
+    # 256 rows in batches of 128: one batch shape, so one compile of the loss (each compile costs ~30 s on a cold
+    # cache); the custom autograd node of DAK-CF's moments runs inside the compiled graph
+    X, y = _data(256)
     eager = ng.DAKRegressor(**SMALL).fit(X, y)
     fast = ng.DAKRegressor(compile=True, **SMALL).fit(X, y)
     (m0, s0), (m1, s1) = eager.predict(X, return_std=True), fast.predict(X, return_std=True)
