@@ -92,11 +92,20 @@ class DKMObjective:
             Gs.append(G)
         return Gs
 
+    def data_term(self, theta, Gs=None) -> torch.Tensor:
+        """log N(Y; 0, K_L(G_L) + σ²I), the first term of ℒ (eq. 15); ``Gs`` as in ``value``."""
+        if self.objective == "kernel_hyper" or Gs is None:
+            Gs = self.prior_chain(theta)
+        return log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y)
+
     def value(self, theta, Gs=None) -> torch.Tensor:
-        """ℒ(G_1..G_L; θ) (for "kernel_hyper" the G's are the prior chain of θ, and ``Gs`` is ignored)."""
+        """ℒ(G_1..G_L; θ) (for "kernel_hyper" the G's are the prior chain of θ, and ``Gs`` is ignored: each layer
+        term is then exactly −νP/2, G_ℓ being K(G_ℓ₋₁), and is not computed)."""
         if self.objective == "kernel_hyper" or Gs is None:
             Gs = self.prior_chain(theta)
         total = log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y)
+        if self.objective == "kernel_hyper":
+            return total - 0.5 * len(self.Y) * sum(self.widths)
         previous = self.G0
         for layer, (G, nu) in enumerate(zip(Gs, self.widths)):
             total = total + layer_term(G, self.K(theta, layer, previous), nu, self.objective != "features")

@@ -166,6 +166,10 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
     trust-region Newton steps needed > 40 sweeps to get half-way on yacht.)"""
     free = obj.objective != "kernel_hyper"
     whites = whiten(obj, theta, Gs) if free else None
+    # with the whitened Grams held, the DKM's layer terms do not depend on θ, nor do kernel hyper's (−νP/2 each):
+    # L-BFGS ascends the data term alone (the layer terms' Cholesky factors and their backward passes were 3/4 of
+    # a fit's time at P = 500); the features objective's layer terms keep a log|K(G_ℓ₋₁)| that moves with θ
+    objective = obj.value if obj.objective == "features" else obj.data_term
 
     def grams(t):
         return colour(obj, t, whites) if free else None
@@ -173,7 +177,7 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
     def f(x):
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
         try:
-            value = obj.value(t, grams(t))
+            value = objective(t, grams(t))
         except torch.linalg.LinAlgError:  # a trial point with a singular kernel matrix: reject it
             return BAD_OBJECTIVE, np.zeros_like(x)
         grad, = torch.autograd.grad(value, t)
