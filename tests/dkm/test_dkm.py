@@ -211,7 +211,7 @@ def test_hyper_steps_ascend_to_a_stationary_point_of_the_kernel_hyper_objective(
         b >= a - 1e-9 for a, b in zip(log.objective, log.objective[1:]))
     t = theta.clone().requires_grad_(True)
     grad, = torch.autograd.grad(obj.value(t), t)
-    assert float(grad.abs().max()) < 1e-2  # L-BFGS-B stops on its relative change in ℒ (~1e-9·|ℒ|)
+    assert float(grad.abs().max()) < 1e-2  # L-BFGS-B stops on its relative change in the data term (~2e-9·|f|)
 
 
 def test_features_objective_runs_and_stays_positive_definite():
