@@ -103,25 +103,31 @@ def care_solve(A, U, Q) -> np.ndarray:
     return _sym(scipy.linalg.solve_continuous_are(A, B, Q, np.eye(len(A))))
 
 
-def update_layer(obj, theta, Gs, layer, lam, beta, solver) -> bool:
-    """Replace Gs[layer − 1] by the solver's update; False when it kept G̃."""
+def update_layer(obj, theta, Gs, layer, lam, beta, solver, relaxation: float = 1.0) -> bool:
+    """Replace Gs[layer − 1] by the solver's update G; False when it kept G̃. With ``relaxation`` ω ≠ 1, by
+    G̃ + ω(G − G̃) (over-relaxed block coordinate ascent) where that is ⪰ G/2, else by G (an over-relaxed Gram
+    that is merely positive definite can lose definiteness when the θ step re-colours it)."""
     A, U, Q = care_coefficients(obj, theta, Gs, layer, lam)
     Gt = Gs[layer - 1].numpy()
+    G = None
     if solver == "care":
         try:
             G = care_solve(A, U, Q)
-            if _is_pd(G):
-                Gs[layer - 1] = torch.as_tensor(G)
-                return True
+            G = G if _is_pd(G) else None
         except (np.linalg.LinAlgError, ValueError):
-            pass  # SciPy's "eigenvalues too close to the imaginary axis" and the like: a Newton step instead
-    for _ in range(MAX_SHIFT_DOUBLINGS):
+            G = None  # SciPy's "eigenvalues too close to the imaginary axis" and the like: a Newton step instead
+    for _ in range(MAX_SHIFT_DOUBLINGS if G is None else 0):
         G = newton_step(A, U, Q, Gt, beta)
         if np.all(np.isfinite(G)) and _is_pd(G):
-            Gs[layer - 1] = torch.as_tensor(G)
-            return True
-        beta *= 2
-    return False
+            break
+        G, beta = None, beta * 2
+    if G is None:
+        return False
+    if relaxation != 1.0:  # kept where it stays above half the plain update (Loewner order): PD, conditioned alike
+        relaxed = _sym(Gt + relaxation * (G - Gt))
+        G = relaxed if _is_pd(relaxed - 0.5 * G) else G
+    Gs[layer - 1] = torch.as_tensor(G)
+    return True
 
 
 def gram_gradient_norm(obj: DKMObjective, theta, Gs) -> float:
@@ -193,12 +199,14 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
 
 
 def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: float = 5.0, beta: float = 1.0,
-            learn_hyper: bool = True, lr: float = 0.01, theta=None, progress=None, hyper_lr: float | None = None):
+            learn_hyper: bool = True, lr: float = 0.01, theta=None, progress=None, hyper_lr: float | None = None,
+            relaxation: float = 1.0):
     """Fit the Grams (and θ) of ``obj``; returns (θ, [G_1..G_L], SolverLog). ``solver`` "newton"/"care": ``max_iter``
     top-down sweeps, each followed by an L-BFGS ascent on θ (``hyper_step``); "adam": ``max_iter`` Adam steps at ``lr``
     on G_ℓ = V_ℓV_ℓᵀ (V_ℓ lower triangular, started at the Cholesky factor of the prior Gram) and θ together, θ at
     ``hyper_lr`` when given (the Grams are ill-conditioned: a rate that does not wreck them in the first steps leaves
-    θ, where most of the early gain is, almost still; measured on yacht in docs/methods/dkm.md).
+    θ, where most of the early gain is, almost still; measured on yacht in docs/methods/dkm.md). ``relaxation`` ω
+    over-relaxes each layer's update (``update_layer``; 1 = the paper's block coordinate ascent).
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
@@ -216,7 +224,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
         if obj.objective != "kernel_hyper":
             for layer in range(obj.n_layers, 0, -1):
                 with torch.no_grad():
-                    log.kept += not update_layer(obj, theta, Gs, layer, lam, beta, solver)
+                    log.kept += not update_layer(obj, theta, Gs, layer, lam, beta, solver, relaxation)
         if learn_hyper:
             theta, Gs = hyper_step(obj, theta, Gs)
         now = time.perf_counter()

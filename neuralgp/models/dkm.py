@@ -35,7 +35,8 @@ class DKMRegressor(NeuralGPRegressor):
     each) between G₀ = XXᵀ/d and a GP likelihood, the Gram kernel ``kernel`` (eq. 38's "linear+sqexp" by default)
     applied to every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
     (Table 1's baselines). ``solver``: "newton" (one β-shifted Newton–Lyapunov step per layer and sweep), "care"
-    (the Riccati equation solved directly) or "adam" (``max_iter`` Adam steps at ``lr`` on Cholesky factors).
+    (the Riccati equation solved directly) or "adam" (``max_iter`` Adam steps at ``lr`` on Cholesky factors);
+    ``relaxation`` ω over-relaxes each layer's update, G̃ + ω(G − G̃) (docs/methods/dkm.md, "Over-relaxed sweeps").
     ``max_iter`` sweeps, each followed by ≤ 50 L-BFGS iterations on the kernel weights and σ² (``learn_hyper``),
     the Grams held in whitened coordinates (they move with their priors).
     The learned top Gram absorbs the targets and σ² falls towards 0, so the point-estimate predictive is
@@ -50,14 +51,16 @@ class DKMRegressor(NeuralGPRegressor):
                    "kernel": one_of(*GRAM_KERNELS), "lengthscale": POSITIVE, "objective": one_of(*OBJECTIVES),
                    "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": Rule(lambda v: isinstance(
                        v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number ≥ 0"), "beta": POSITIVE,
+                   "relaxation": Rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 2,
+                                      "a number in (0, 2)"),
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
                    "seed": SEED, "verbose": BOOL}
 
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
-                 solver="newton", max_iter=10, lam=5.0, beta=1.0, lr=0.01, learn_hyper=True, max_train_size=2000,
-                 max_memory_gb=8.0, normalize_y=True, input_scaling="standard", validation_fraction=0.1, seed=0,
-                 verbose=True):
+                 solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, lr=0.01, learn_hyper=True,
+                 max_train_size=2000, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
+                 validation_fraction=0.1, seed=0, verbose=True):
         self.n_layers = n_layers
         self.widths = widths
         self.kernel = kernel
@@ -67,6 +70,7 @@ class DKMRegressor(NeuralGPRegressor):
         self.max_iter = max_iter
         self.lam = lam
         self.beta = beta
+        self.relaxation = relaxation
         self.lr = lr
         self.learn_hyper = learn_hyper
         self.max_train_size = max_train_size
@@ -115,7 +119,8 @@ class DKMRegressor(NeuralGPRegressor):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             theta, grams, self.solver_log_ = fit_dkm(obj, self.solver, self.max_iter, self.lam, self.beta,
-                                                     self.learn_hyper, self.lr, progress=progress)
+                                                     self.learn_hyper, self.lr, progress=progress,
+                                                     relaxation=self.relaxation)
         self._set_fit(obj, theta, grams)
         self.n_iter_ = len(self.solver_log_.objective) - 1
         return self

@@ -118,6 +118,16 @@ def lbfgs_optimum(obj, Gs, theta, learn_theta: bool, max_iter: int) -> float:
     return -float(closure().detach())
 
 
+def test_over_relaxed_sweeps_reach_the_same_optimum_in_fewer_sweeps():
+    obj = DKMObjective(X, Y, [300.0, 300.0], GramKernel())
+    runs = {w: fit_dkm(obj, max_iter=40, learn_hyper=False, relaxation=w)[2].objective for w in (1.0, 1.6)}
+    best = max(max(v) for v in runs.values())
+    to_gap = {w: next(i for i, v in enumerate(L) if best - v < 1e-3) for w, L in runs.items()}
+    assert abs(runs[1.0][-1] - runs[1.6][-1]) < 1e-6  # one fixed point
+    assert to_gap[1.6] < to_gap[1.0] / 2  # 3 sweeps against 9 here
+    assert all(b >= a - 1e-9 for a, b in zip(runs[1.6], runs[1.6][1:]))
+
+
 def test_solver_matches_a_long_gradient_optimisation():
     obj = DKMObjective(X[:15], Y[:15], [50.0, 50.0], GramKernel())
     theta = obj.initial_theta()
@@ -238,7 +248,8 @@ def test_size_limit_and_bad_parameters_are_clear_errors():
     with pytest.raises(ValueError, match="widths has 1 entries for n_layers = 2"):
         ng.DKMRegressor(widths=(10,), verbose=False).fit(X, Y)
     for params, match in (({"kernel": "cosine"}, "kernel"), ({"solver": "lbfgs"}, "solver"),
-                          ({"widths": (10, -1)}, "widths"), ({"objective": "map"}, "objective")):
+                          ({"widths": (10, -1)}, "widths"), ({"objective": "map"}, "objective"),
+                          ({"relaxation": 2.0}, "relaxation.*in .0, 2.")):
         with pytest.raises(ParameterError, match=match):
             ng.DKMRegressor(verbose=False, **params).fit(X, Y)
 
