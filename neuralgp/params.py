@@ -35,12 +35,12 @@ def integer(low: int | None = None) -> Rule:
                 "an integer" + ("" if low is None else f" >= {low}"))
 
 
-def real(low: float, strict: bool = False) -> Rule:
+def real(low: float, strict: bool = False, below: float | None = None) -> Rule:
     def accepts(v):
         if not isinstance(v, Real) or isinstance(v, (bool, np.bool_)) or not np.isfinite(v):
             return False
-        return v > low if strict else v >= low
-    return Rule(accepts, f"a number {'>' if strict else '>='} {low}")
+        return (v > low if strict else v >= low) and (below is None or v < below)
+    return Rule(accepts, f"a number {'>' if strict else '>='} {low}" + ("" if below is None else f" and < {below}"))
 
 
 def one_of(*values) -> Rule:

@@ -19,7 +19,7 @@ from neuralgp.dkm.solver import SOLVERS, fit_dkm
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor
-from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, VALIDATION_FRACTION, Rule, one_of
+from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, VALIDATION_FRACTION, Rule, one_of, real
 
 DEFAULT_WIDTH = 300  # chosen on the training folds only (docs/methods/dkm.md)
 MATRICES_PER_LAYER = 12  # P × P float64 matrices alive per layer update (G, K, inverses, A, U, Q, Lyapunov work)
@@ -51,8 +51,7 @@ class DKMRegressor(NeuralGPRegressor):
                    "kernel": one_of(*GRAM_KERNELS), "lengthscale": POSITIVE, "objective": one_of(*OBJECTIVES),
                    "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": Rule(lambda v: isinstance(
                        v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number ≥ 0"), "beta": POSITIVE,
-                   "relaxation": Rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 2,
-                                      "a number in (0, 2)"),
+                   "relaxation": real(0, strict=True, below=2),
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
                    "seed": SEED, "verbose": BOOL}
