@@ -103,27 +103,28 @@ def care_solve(A, U, Q) -> np.ndarray:
     return _sym(scipy.linalg.solve_continuous_are(A, B, Q, np.eye(len(A))))
 
 
-def update_layer(obj, theta, Gs, layer, lam, beta, solver, relaxation: float = 1.0) -> bool:
+def update_layer(obj, theta, Gs, layer, lam, beta, solver, before: float, relaxation: float = 1.0) -> float | None:
     """Replace Gs[layer − 1] by the solver's update G, kept only where it is positive definite and ℒ does not fall
-    (one Newton step on the CARE of a nonlinear kernel is no ascent step by construction: on 27 rows of 5 inputs one
-    lost 1786 nats); else the next, β-doubled (more damped) Newton step; False when none qualified and G̃ stays.
-    With ``relaxation`` ω ≠ 1 first G̃ + ω(G − G̃) (over-relaxed block coordinate ascent) where that is ⪰ G/2."""
+    below ``before`` (ℒ at the current Grams; one Newton step on the CARE of a nonlinear kernel is no ascent step by
+    construction: on 27 rows of 5 inputs one lost 1786 nats); else the next, β-doubled (more damped) Newton step.
+    Returns ℒ after the update, None when none qualified and G̃ stays. With ``relaxation`` ω ≠ 1 first
+    G̃ + ω(G − G̃) (over-relaxed block coordinate ascent) where that is ⪰ G/2."""
     A, U, Q = care_coefficients(obj, theta, Gs, layer, lam)
     Gt = Gs[layer - 1].numpy()
-    before = float(obj.value(theta, Gs))
 
-    def accept(G) -> bool:
+    def accept(G) -> float | None:
         if not (np.all(np.isfinite(G)) and _is_pd(G)):
-            return False
+            return None
         trial = list(Gs)
         trial[layer - 1] = torch.as_tensor(G)
         try:
-            if not float(obj.value(theta, trial)) >= before - 1e-9 * abs(before):
-                return False
+            value = float(obj.value(theta, trial))
         except torch.linalg.LinAlgError:
-            return False
+            return None
+        if not value >= before - 1e-9 * abs(before):
+            return None
         Gs[layer - 1] = trial[layer - 1]
-        return True
+        return value
 
     def steps():
         if solver == "care":
@@ -137,11 +138,13 @@ def update_layer(obj, theta, Gs, layer, lam, beta, solver, relaxation: float = 1
     for G in steps():
         if relaxation != 1.0 and np.all(np.isfinite(G)) and _is_pd(G):
             relaxed = _sym(Gt + relaxation * (G - Gt))
-            if _is_pd(relaxed - 0.5 * G) and accept(relaxed):
-                return True
-        if accept(G):
-            return True
-    return False
+            value = accept(relaxed) if _is_pd(relaxed - 0.5 * G) else None
+            if value is not None:
+                return value
+        value = accept(G)
+        if value is not None:
+            return value
+    return None
 
 
 def gram_gradient_norm(obj: DKMObjective, theta, Gs) -> float:
@@ -236,15 +239,18 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
                          progress)
     for _ in range(int(max_iter)):
         if obj.objective != "kernel_hyper":
+            value = log.objective[-1]  # ℒ at the current θ and Grams
             for layer in range(obj.n_layers, 0, -1):
                 with torch.no_grad():
-                    log.kept += not update_layer(obj, theta, Gs, layer, lam, beta, solver, relaxation)
+                    updated = update_layer(obj, theta, Gs, layer, lam, beta, solver, value, relaxation)
+                log.kept += updated is None
+                value = value if updated is None else updated
         if learn_hyper:
             theta, Gs = hyper_step(obj, theta, Gs)
-        now = time.perf_counter()
-        elapsed = now - start - log.paused  # the evaluation below is bookkeeping, not solver time
         with torch.no_grad():
-            value = float(obj.value(theta, Gs))
+            value = float(obj.value(theta, Gs))  # solver time: the next sweep's layer updates start from it
+        now = time.perf_counter()
+        elapsed = now - start - log.paused  # the gradient norm below is bookkeeping, not solver time
         log.add(value, gram_gradient_norm(obj, theta, Gs), elapsed)
         log.paused += time.perf_counter() - now
         log.report(progress, theta, Gs)
