@@ -30,9 +30,14 @@ def coverage_band(n_test: int) -> tuple[float, float]:
     return min(COVERAGE_BAND[0], 0.95 - 2.6 * se), max(COVERAGE_BAND[1], 0.95 + 2.6 * se)
 
 
+def finished(records: list[dict]) -> list[dict]:
+    """The records of runs that finished with metrics (not skipped or failed)."""
+    return [r for r in records if "coverage_95" in r]
+
+
 def pooled(records: list[dict]) -> dict | None:
     """Pooled coverage and mean z² (weighted by test size), mean RMSE/NLL/CRPS/time over the splits that ran."""
-    ok = [r for r in records if "coverage_95" in r]
+    ok = finished(records)
     if not ok:
         return None
     n = sum(r["n_test"] for r in ok)
@@ -50,11 +55,10 @@ def calibrated(p: dict) -> bool:
 
 
 def nll_by_split(records: list[dict]) -> dict:
-    """{(set, model): {split: NLL}} of the runs that finished (those ``pooled`` counts)."""
+    """{(set, model): {split: NLL}} of the runs that finished."""
     out = {}
-    for r in records:
-        if "coverage_95" in r:
-            out.setdefault((r["dataset"], r["model"]), {})[r["split"]] = r["nll"]
+    for r in finished(records):
+        out.setdefault((r["dataset"], r["model"]), {})[r["split"]] = r["nll"]
     return out
 
 
