@@ -26,7 +26,7 @@ MATRICES_PER_LAYER = 12  # P × P float64 matrices alive per layer update (G, K,
 
 
 def _widths_rule(v) -> bool:
-    return isinstance(v, (tuple, list)) and len(v) > 0 and all(isinstance(x, (int, float)) and x > 0 for x in v)
+    return isinstance(v, (tuple, list)) and len(v) > 0 and all(POSITIVE.accepts(x) for x in v)
 
 
 @register
@@ -49,8 +49,7 @@ class DKMRegressor(NeuralGPRegressor):
 
     param_rules = {"n_layers": POSITIVE_INT, "widths": (NONE, Rule(_widths_rule, "a tuple of positive numbers")),
                    "kernel": one_of(*GRAM_KERNELS), "lengthscale": POSITIVE, "objective": one_of(*OBJECTIVES),
-                   "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": Rule(lambda v: isinstance(
-                       v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number ≥ 0"), "beta": POSITIVE,
+                   "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": real(0), "beta": POSITIVE,
                    "relaxation": real(0, strict=True, below=2),
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,

@@ -255,7 +255,8 @@ def test_size_limit_and_bad_parameters_are_clear_errors():
     with pytest.raises(ValueError, match="widths has 1 entries for n_layers = 2"):
         ng.DKMRegressor(widths=(10,), verbose=False).fit(X, Y)
     for params, match in (({"kernel": "cosine"}, "kernel"), ({"solver": "lbfgs"}, "solver"),
-                          ({"widths": (10, -1)}, "widths"), ({"objective": "map"}, "objective"),
+                          ({"widths": (10, -1)}, "widths"), ({"widths": (10, math.inf)}, "widths"),
+                          ({"lam": math.inf}, "lam.*>= 0"), ({"objective": "map"}, "objective"),
                           ({"relaxation": 2.0}, "relaxation.*> 0 and < 2")):
         with pytest.raises(ParameterError, match=match):
             ng.DKMRegressor(verbose=False, **params).fit(X, Y)
