@@ -46,6 +46,7 @@ class Suite:
     model_params: dict = field(default_factory=dict)  # given to every model of the suite
     runs: object = None  # (model, dataset) -> bool: which pairs belong to the suite (default all)
     quick_datasets: list = None
+    quick_models: list = None  # the rows a --quick run without --models runs (default all)
     split: object = "random"  # a protocol, or (dataset, seed) -> protocol (a split index per seed)
     task: str = "regression"
     merge_validation: frozenset = frozenset()  # rows fitted by plain fit(X, y) on the training and validation parts
@@ -190,7 +191,7 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
         return suite.seeds(dataset) if callable(suite.seeds) else suite.seeds
 
     dataset_names = dataset_names or (suite.quick_datasets if quick else suite.datasets)
-    model_names = model_names or list(suite.models)
+    model_names = model_names or (suite.quick_models if quick and suite.quick_models else list(suite.models))
     unknown = [m for m in model_names if m not in suite.models]
     if unknown:
         raise InputError(f"unknown models {unknown}; {name} has {list(suite.models)}")
