@@ -112,9 +112,7 @@ def update_layer(obj, theta, Gs, layer, lam, beta, solver, before: float, relaxa
     A, U, Q = care_coefficients(obj, theta, Gs, layer, lam)
     Gt = Gs[layer - 1].numpy()
 
-    def accept(G) -> float | None:
-        if not (np.all(np.isfinite(G)) and _is_pd(G)):
-            return None
+    def accept(G) -> float | None:  # G finite and positive definite
         trial = list(Gs)
         trial[layer - 1] = torch.as_tensor(G)
         try:
@@ -136,11 +134,14 @@ def update_layer(obj, theta, Gs, layer, lam, beta, solver, before: float, relaxa
             yield newton_step(A, U, Q, Gt, beta * 2 ** doubling)
 
     for G in steps():
-        if relaxation != 1.0 and np.all(np.isfinite(G)) and _is_pd(G):
+        if not (np.all(np.isfinite(G)) and _is_pd(G)):
+            continue
+        if relaxation != 1.0:
             relaxed = _sym(Gt + relaxation * (G - Gt))
-            value = accept(relaxed) if _is_pd(relaxed - 0.5 * G) else None
-            if value is not None:
-                return value
+            if _is_pd(relaxed - 0.5 * G):  # then relaxed ≻ G/2 ≻ 0
+                value = accept(relaxed)
+                if value is not None:
+                    return value
         value = accept(G)
         if value is not None:
             return value
