@@ -171,3 +171,12 @@ def test_max_memory_gb_reaches_every_model_that_has_one(tmp_path):
     assert all(r["params"]["max_memory_gb"] == 1e-6 and "max_memory_gb" in r["reason"] for r in records)
     with pytest.raises(SystemExit):
         main(["bench", "twostage-exact", "--max-memory-gb", "0", "--out", str(tmp_path)])
+
+
+def test_row_and_dataset_names_can_be_named_on_the_command_line():
+    """`neuralgp bench --models / --datasets` split their value on commas: a name with one cannot be run alone."""
+    from neuralgp.bench.runner import Suite
+    for suite in SUITES.values():
+        if isinstance(suite, Suite):
+            named = [*suite.models, *suite.datasets]
+            assert not [n for n in named if "," in n], suite.name
