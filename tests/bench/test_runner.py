@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from neuralgp.bench.runner import read_records, run_suite
+from neuralgp.bench.runner import Suite, read_records, run_suite
 from neuralgp.bench.suites import SUITES
 from neuralgp.bench.suites.dbk import TABLE1_MODELS
 from neuralgp.cli import main
@@ -175,7 +175,6 @@ def test_max_memory_gb_reaches_every_model_that_has_one(tmp_path):
 
 def test_row_and_dataset_names_can_be_named_on_the_command_line():
     """`neuralgp bench --models / --datasets` split their value on commas: a name with one cannot be run alone."""
-    from neuralgp.bench.runner import Suite
     for suite in SUITES.values():
         if isinstance(suite, Suite):
             named = [*suite.models, *suite.datasets]

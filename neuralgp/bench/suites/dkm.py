@@ -176,9 +176,8 @@ SUITES = [
                "iterations on the kernel weights and σ² after each, the Grams held in whitened coordinates (records "
                "before commit c734157: ≤ 20, the Grams held fixed; see each record's commit), trained on the "
                "training and validation parts together (the paper's protocol); 'DKM (recalibrated)' holds 10 % of "
-               "them out and recalibrates its variances there; 'DKM (widths 100)' and 'DKM (recalibrated; widths 100)' are those rows at "
-               "widths 100; exact "
-               "GP (GPyTorch) and DBK at their defaults, early-"
+               "them out and recalibrates its variances there; 'DKM (widths 100)' and 'DKM (recalibrated; widths "
+               "100)' are those two rows at widths 100; exact GP (GPyTorch) and DBK at their defaults, early-"
                "stopped on the validation part. RMSE in the data's units; NLL on targets standardised by the "
                "training part. The paper's ± are two paired standard errors against the best row.",
           columns=[("rmse_original", "RMSE", 0), ("nll", "NLL", None), ("coverage_95", "95 % cov.", None),
