@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from sklearn.base import clone
 
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.dkm.kernels import GRAM_KERNELS, GramKernel
@@ -42,7 +43,9 @@ class DKMRegressor(NeuralGPRegressor):
     the Grams held in whitened coordinates (they move with their priors).
     The learned top Gram absorbs the targets and σ² falls towards 0, so the point-estimate predictive is
     over-confident: ``fit`` recalibrates the variances (FM-GP's Algorithm 1) on (X_cal, y_cal), or on a held-out
-    ``validation_fraction`` of (X, y) when none is given (0: train on all rows, uncalibrated — the paper's protocol).
+    ``validation_fraction`` of (X, y) when none is given (0: train on all rows, uncalibrated — the paper's protocol);
+    with ``refit`` the held-out rows then rejoin training: the model is fitted again on all of (X, y) and keeps the
+    variance scale α the held-out fit measured (twice the time; docs/methods/dkm.md, "Refit after recalibration").
 
     Fitted: ``grams_`` (the learned training Grams), ``weights_`` (per kernel application), ``noise_``,
     ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
@@ -54,12 +57,12 @@ class DKMRegressor(NeuralGPRegressor):
                    "relaxation": real(0, strict=True, below=2),
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-                   "seed": SEED, "verbose": BOOL}
+                   "refit": BOOL, "seed": SEED, "verbose": BOOL}
 
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, lr=0.01, learn_hyper=True,
                  max_train_size=2000, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 validation_fraction=0.1, seed=0, verbose=True):
+                 validation_fraction=0.1, refit=True, seed=0, verbose=True):
         self.n_layers = n_layers
         self.widths = widths
         self.kernel = kernel
@@ -77,6 +80,7 @@ class DKMRegressor(NeuralGPRegressor):
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.validation_fraction = validation_fraction
+        self.refit = refit
         self.seed = seed
         self.verbose = verbose
 
@@ -96,8 +100,24 @@ class DKMRegressor(NeuralGPRegressor):
 
     def fit(self, X, y, X_cal=None, y_cal=None):
         """Fit the Grams and θ on (X, y), then ``recalibrate`` on (X_cal, y_cal) — or on a random
-        ``validation_fraction`` of (X, y) held out from training when none is given."""
-        return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
+        ``validation_fraction`` of (X, y) held out from training when none is given, and then, with ``refit``,
+        fit again on all of (X, y) (the same fit as ``validation_fraction=0``) keeping the held-out fit's α."""
+        if X_cal is not None or y_cal is not None or not self.refit or self.validation_fraction == 0:
+            return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
+        held_out = clone(self).set_params(refit=False).fit(X, y)
+        if self.verbose:
+            print(f"DKM: variance scale {held_out.variance_scale:.4g} from the held-out rows; refitting on all "
+                  f"{len(y)} rows", file=sys.stderr, flush=True)
+        full = clone(self).set_params(refit=False, validation_fraction=0.0).fit(X, y)
+        for attr in ("variance_scale_", "selection_optimism_", "recalibrated_by_"):
+            full.__dict__.pop(attr, None)
+            if attr in held_out.__dict__:
+                setattr(full, attr, getattr(held_out, attr))
+        fitted = lambda model: [k for k in model.__dict__ if k.endswith("_") and not k.startswith("__")]  # noqa: E731
+        for attr in fitted(self):  # nothing left from an earlier fit
+            del self.__dict__[attr]
+        self.__dict__.update({k: full.__dict__[k] for k in fitted(full)})
+        return self
 
     def recalibrates_on_validation(self) -> bool:
         return True

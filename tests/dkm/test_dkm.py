@@ -249,6 +249,25 @@ def test_estimator_fits_predicts_and_round_trips(solver, tmp_path):
     assert np.allclose(m2, mean) and np.allclose(s2, std)
 
 
+def test_refit_trains_on_every_row_and_keeps_the_held_out_variance_scale():
+    """``refit``: the fitted model is the ``validation_fraction=0`` fit on all rows, its variances scaled by the α
+    that the fit without the held-out 10 % measured on them; a refit model never carries an earlier fit's α."""
+    Xr = np.random.default_rng(1).standard_normal((60, 3))
+    yr = np.sin(Xr[:, 0]) + 0.3 * Xr[:, 1] + 0.1 * np.random.default_rng(2).standard_normal(60)
+    params = dict(max_iter=3, verbose=False)
+    held_out = ng.DKMRegressor(refit=False, **params).fit(Xr, yr)
+    full = ng.DKMRegressor(validation_fraction=0.0, **params).fit(Xr, yr)
+    model = ng.DKMRegressor(**params).fit(Xr, yr)
+    assert held_out.recalibrated_by_ == model.recalibrated_by_ == "validation"
+    assert model.variance_scale == held_out.variance_scale != 1.0 and full.variance_scale == 1.0
+    assert len(model.objective_.Y) == 60 and len(held_out.objective_.Y) == 50
+    mean, std = model.predict(X[:, :3], return_std=True)
+    m0, s0 = full.predict(X[:, :3], return_std=True)
+    assert np.allclose(mean, m0) and np.allclose(std, s0 * math.sqrt(held_out.variance_scale))
+    model.fit(Xr[:8], yr[:8])  # too few rows to hold any out for α: none kept from the fit before
+    assert model.variance_scale == 1.0 and not hasattr(model, "recalibrated_by_")
+
+
 def test_size_limit_and_bad_parameters_are_clear_errors():
     with pytest.raises(ResourceLimitError, match="max_train_size = 20.*dbk, fmgp or twostage-nn"):
         ng.DKMRegressor(max_train_size=20, verbose=False).fit(X, Y)
