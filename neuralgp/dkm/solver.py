@@ -248,11 +248,15 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
                 value = value if updated is None else updated
         if learn_hyper:
             stepped = hyper_step(obj, theta, Gs)
-            with torch.no_grad():
-                stepped_value = float(obj.value(*stepped))  # solver time: the next sweep starts from it
+            try:
+                with torch.no_grad():
+                    stepped_value = float(obj.value(*stepped))  # solver time: the next sweep starts from it
+            except torch.linalg.LinAlgError:  # a re-coloured Gram that is not numerically positive definite
+                stepped_value = -math.inf
             # the θ step ascends the data term with the whitened Grams held, the layer terms constant in exact
             # arithmetic; on ill-conditioned Grams their round trip through the Cholesky factors is not (30 rows,
-            # relaxation 1.6: ℒ fell 5.9 nats), so a step that lowers ℒ itself is not taken
+            # relaxation 1.6: ℒ fell 5.9 nats; uci/forest mask 8, seed 8: a Gram no longer positive definite), so
+            # a step that lowers ℒ itself, or leaves it undefined, is not taken
             if not stepped_value < value:
                 (theta, Gs), value = stepped, stepped_value
         now = time.perf_counter()

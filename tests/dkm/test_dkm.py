@@ -143,6 +143,26 @@ def test_solver_matches_a_long_gradient_optimisation():
     assert abs(log.objective[-1] - best) < 1e-3
 
 
+@pytest.mark.parametrize("spoil", ["lower", "undefined"])
+def test_a_theta_step_that_lowers_or_breaks_the_objective_is_not_taken(spoil, monkeypatch):
+    """The θ step is kept only where ℒ at its end is defined and not lower (re-coloured Grams can lose definiteness
+    numerically: uci/forest mask 8 at the defaults)."""
+    import neuralgp.dkm.solver as solver
+    real = solver.hyper_step
+
+    def spoiled(obj, theta, Gs, *args, **kwargs):
+        t, G = real(obj, theta, Gs, *args, **kwargs)
+        if spoil == "lower":
+            return t - 3.0, G  # every kernel weight and σ² e⁻³ times theirs: far from the optimum
+        return t, [G[0], -G[1]]  # not positive definite
+
+    monkeypatch.setattr(solver, "hyper_step", spoiled)
+    obj = DKMObjective(X, Y, [10.0, 10.0], GramKernel())
+    theta, Gs, log = fit_dkm(obj, max_iter=3)
+    assert torch.equal(theta, obj.initial_theta())
+    assert min(np.diff(log.objective)) >= 0 and all(float(torch.linalg.eigvalsh(G).min()) > 0 for G in Gs)
+
+
 def test_hyper_step_holds_the_whitened_grams_and_is_stationary_in_theta():
     obj = DKMObjective(X, Y, [50.0, 50.0], GramKernel())
     theta, Gs, _ = fit_dkm(obj, max_iter=3, learn_hyper=False)
