@@ -275,9 +275,9 @@ def test_refit_trains_on_every_row_and_keeps_the_held_out_variance_scale():
     Xr = np.random.default_rng(1).standard_normal((60, 3))
     yr = np.sin(Xr[:, 0]) + 0.3 * Xr[:, 1] + 0.1 * np.random.default_rng(2).standard_normal(60)
     params = dict(max_iter=3, verbose=False)
-    held_out = ng.DKMRegressor(refit=False, **params).fit(Xr, yr)
+    held_out = ng.DKMRegressor(**params).fit(Xr, yr)
     full = ng.DKMRegressor(validation_fraction=0.0, **params).fit(Xr, yr)
-    model = ng.DKMRegressor(**params).fit(Xr, yr)
+    model = ng.DKMRegressor(refit=True, **params).fit(Xr, yr)
     assert held_out.recalibrated_by_ == model.recalibrated_by_ == "validation"
     assert model.variance_scale == held_out.variance_scale != 1.0 and full.variance_scale == 1.0
     assert len(model.objective_.Y) == 60 and len(held_out.objective_.Y) == 50

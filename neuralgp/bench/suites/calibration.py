@@ -52,7 +52,8 @@ OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": facto
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
         "DKM": factory("dkm"),
-        "DKM (plain fit)": factory("dkm")}
+        "DKM (plain fit)": factory("dkm"),
+        "DKM (plain fit; refit)": factory("dkm", refit=True)}
 BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
              "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
 
@@ -62,7 +63,7 @@ SUITES = [
                                       "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
                                       "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
                                       "Two-stage NN",
-                                      "DKM (plain fit)",
+                                      "DKM (plain fit)", "DKM (plain fit; refit)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
