@@ -30,6 +30,10 @@ from neuralgp.params import check_params
 MIN_RECALIBRATION_POINTS = 10
 
 
+# what ``fit`` sets from the validation part besides the model itself (cleared at the start of every fit)
+RECALIBRATION_STATE = ("variance_scale_", "selection_optimism_", "recalibrated_by_", "predictive_df_")
+
+
 # validation parts up to this size keep every check's points for ``selection_optimism`` (above it the pick's
 # optimism is negligible, and checks × points would be large)
 MAX_SELECTION_POINTS = 5000
@@ -236,8 +240,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        for attr in ("x_scaler_", "variance_scale_", "selection_optimism_", "recalibrated_by_",
-                     "predictive_df_"):  # no half fit
+        for attr in ("x_scaler_", *RECALIBRATION_STATE):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)

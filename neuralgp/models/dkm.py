@@ -19,7 +19,7 @@ from neuralgp.dkm.prediction import predict
 from neuralgp.dkm.solver import SOLVERS, fit_dkm
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor
+from neuralgp.models.base import RECALIBRATION_STATE, NeuralGPRegressor
 from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, VALIDATION_FRACTION, Rule, one_of, real
 
 # chosen on the training folds (2026-11-23); the re-study of 2026-11-28 favours 100 (docs/methods/dkm.md)
@@ -109,15 +109,11 @@ class DKMRegressor(NeuralGPRegressor):
         if self.verbose:
             print(f"DKM: variance scale {held_out.variance_scale:.4g} from the held-out rows; refitting on all "
                   f"{len(y)} rows", file=sys.stderr, flush=True)
-        full = clone(self).set_params(refit=False, validation_fraction=0.0).fit(X, y)
-        for attr in ("variance_scale_", "selection_optimism_", "recalibrated_by_"):
-            full.__dict__.pop(attr, None)
-            if attr in held_out.__dict__:
-                setattr(full, attr, getattr(held_out, attr))
-        fitted = lambda model: [k for k in model.__dict__ if k.endswith("_") and not k.startswith("__")]  # noqa: E731
-        for attr in fitted(self):  # nothing left from an earlier fit
-            del self.__dict__[attr]
-        self.__dict__.update({k: full.__dict__[k] for k in fitted(full)})
+        full = clone(self).set_params(refit=False, validation_fraction=0.0).fit(X, y)  # no recalibration state
+        for attr in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:  # none from an earlier fit
+            delattr(self, attr)
+        vars(self).update({k: v for k, v in vars(full).items() if k.endswith("_") and not k.startswith("__")})
+        vars(self).update({k: vars(held_out)[k] for k in RECALIBRATION_STATE if k in vars(held_out)})
         return self
 
     def recalibrates_on_validation(self) -> bool:
