@@ -53,7 +53,8 @@ OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": facto
         "Two-stage NN": factory("twostage-nn"),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm"),
-        "DKM (plain fit; refit)": factory("dkm", refit=True)}
+        "DKM (plain fit; refit)": factory("dkm", refit=True),
+        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100))}  # the width study's pick: docs/methods/dkm.md
 BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
              "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
 
@@ -63,7 +64,7 @@ SUITES = [
                                       "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
                                       "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
                                       "Two-stage NN",
-                                      "DKM (plain fit)", "DKM (plain fit; refit)",
+                                      "DKM (plain fit)", "DKM (plain fit; refit)", "DKM (plain fit; widths 100)",
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
