@@ -22,7 +22,8 @@ from neuralgp.io import register
 from neuralgp.models.base import RECALIBRATION_STATE, NeuralGPRegressor
 from neuralgp.params import BOOL, NONE, POSITIVE, POSITIVE_INT, SEED, VALIDATION_FRACTION, Rule, one_of, real
 
-# chosen on the training folds (2026-11-23); the re-study of 2026-11-28 favours 100 (docs/methods/dkm.md)
+# chosen on the training folds (2026-11-23); the re-study of 2026-11-28 favours 100 uncalibrated, but at the default
+# (recalibrated) fit 100 and 300 tie on 19 sets (docs/methods/dkm.md, "The default width")
 DEFAULT_WIDTH = 300
 MATRICES_PER_LAYER = 12  # P × P float64 matrices alive per layer update (G, K, inverses, A, U, Q, Lyapunov work)
 
