@@ -5,7 +5,8 @@ L_M(G; G') = (ν/2) log|G| − (ν/2) Tr(K(G')⁻¹G) − (ν/2) log|K(G')| = �
 ``"features"`` drops the (ν/2) log|G| term (MAP over features, eq. 18); ``"kernel_hyper"`` fixes G_ℓ = K(G_ℓ₋₁)
 (eq. 39), a deep compositional kernel whose only parameters are the kernel weights and σ².
 
-θ = (log w of each of the L + 1 kernel applications K_0..K_L, log σ²), one flat tensor.
+θ = (log w of each of the L + 1 kernel applications K_0..K_L, log σ²), one flat tensor; σ² ≥ ``noise_min``, a bound
+the solvers keep (``hyper_bounds``): the learned top Gram can absorb the targets, and without it σ² falls to 0.
 """
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ def gaussian_kl(S1, S0) -> torch.Tensor:
 class DKMObjective:
     """ℒ for inputs X (P × ν₀, G₀ = XXᵀ/ν₀), targets Y (P × C) and widths ν_1..ν_L."""
 
-    def __init__(self, X, Y, widths, kernel: GramKernel, objective: str = "dkm"):
+    def __init__(self, X, Y, widths, kernel: GramKernel, objective: str = "dkm", noise_min: float = 0.0):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
         self.X = torch.as_tensor(X, dtype=torch.float64)
         Y = torch.as_tensor(Y, dtype=torch.float64)
         self.Y = Y[:, None] if Y.ndim == 1 else Y
         self.widths = [float(v) for v in widths]
-        self.kernel, self.objective = kernel, objective
+        self.kernel, self.objective, self.noise_min = kernel, objective, float(noise_min)
         self.G0 = self.X @ self.X.T / self.X.shape[1]
         self.G_out = self.Y @ self.Y.T / self.Y.shape[1]  # G_{L+1} = YYᵀ/ν_{L+1}
         self.eye = torch.eye(len(self.Y), dtype=torch.float64)
@@ -71,7 +72,13 @@ class DKMObjective:
 
     def initial_theta(self, weight: float = 0.5, noise: float = 0.1) -> torch.Tensor:
         k = self.kernel.n_weights
+        noise = max(noise, self.noise_min)
         return torch.tensor([math.log(weight)] * k * (self.n_layers + 1) + [math.log(noise)], dtype=torch.float64)
+
+    def hyper_bounds(self) -> list:
+        """(lower, upper) per entry of θ for L-BFGS-B: only log σ² is bounded, below by log ``noise_min``."""
+        floor = math.log(self.noise_min) if self.noise_min > 0 else None
+        return [(None, None)] * (self.kernel.n_weights * (self.n_layers + 1)) + [(floor, None)]
 
     def unpack(self, theta) -> tuple[list, torch.Tensor]:
         """([w of K_0, …, w of K_L], σ²)."""

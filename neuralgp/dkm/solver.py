@@ -208,7 +208,8 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
         return -float(value.detach()), -grad.numpy()
     x0 = theta.detach().numpy()
     start = f(x0)[0]
-    res = scipy.optimize.minimize(f, x0, jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})
+    res = scipy.optimize.minimize(f, x0, jac=True, method="L-BFGS-B", bounds=obj.hyper_bounds(),
+                                  options={"maxiter": int(max_iter)})
     if res.fun > start:
         return theta.detach(), Gs
     theta = torch.tensor(res.x, dtype=torch.float64)
@@ -228,7 +229,9 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
-    theta = obj.initial_theta() if theta is None else torch.as_tensor(theta, dtype=torch.float64)
+    theta = obj.initial_theta() if theta is None else torch.as_tensor(theta, dtype=torch.float64).clone()
+    if obj.noise_min > 0:
+        theta[-1] = max(float(theta[-1]), math.log(obj.noise_min))
     Gs = [G.detach() for G in obj.prior_chain(theta)]
     log = SolverLog()
     with torch.no_grad():
@@ -283,6 +286,9 @@ def _fit_adam(obj, theta, Gs, steps, lr, hyper_lr, learn_hyper, log, start, prog
         loss = -obj.value(theta, grams() if obj.objective != "kernel_hyper" else None)
         loss.backward()
         opt.step()
+        if learn_hyper and obj.noise_min > 0:
+            with torch.no_grad():
+                theta[-1].clamp_(min=math.log(obj.noise_min))
         now = time.perf_counter()
         elapsed = now - start - log.paused
         with torch.no_grad():
