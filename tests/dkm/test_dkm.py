@@ -269,6 +269,25 @@ def test_estimator_fits_predicts_and_round_trips(solver, tmp_path):
     assert np.allclose(m2, mean) and np.allclose(s2, std)
 
 
+def test_the_noise_floor_holds_in_every_solver_and_keeps_a_repeated_input_uncertain():
+    """Without the floor σ² falls to ~0 (the learned top Gram absorbs the targets), and a test input that repeats a
+    training input gets a noise-free interpolant's variance; with it σ² ≥ ``noise_min`` (standardised targets)."""
+    Xd, Yd = np.concatenate([X, X[:5]]), np.concatenate([Y, Y[:5]])  # five inputs twice, with the same targets
+    params = dict(max_iter=5, validation_fraction=0.0, verbose=False)
+    free = ng.DKMRegressor(noise_min=0.0, **params).fit(Xd, Yd)
+    floored = ng.DKMRegressor(**params).fit(Xd, Yd)
+    assert free.noise_ < 1e-6 and floored.noise_ == pytest.approx(1e-4, rel=1e-6)
+    assert free.predict(X[:5], return_std=True)[1].max() < 1e-2 * Yd.std()
+    assert floored.predict(X[:5], return_std=True)[1].min() >= 1e-2 * Yd.std() * (1 - 1e-9)
+    for solver, kw in (("newton", {}), ("adam", {"lr": 0.05})):
+        lows = []
+        for floor in (0.0, 0.08):
+            obj = DKMObjective(Xd, Yd, [50.0, 50.0], GramKernel(), noise_min=floor)
+            theta, _, _ = fit_dkm(obj, solver=solver, max_iter=20 if solver == "adam" else 3, **kw)
+            lows.append(float(obj.unpack(theta)[1]))
+        assert lows[0] < 0.08 <= lows[1] * (1 + 1e-12)  # the bound binds (from the initial 0.1) and holds
+
+
 def test_refit_trains_on_every_row_and_keeps_the_held_out_variance_scale():
     """``refit``: the fitted model is the ``validation_fraction=0`` fit on all rows, its variances scaled by the α
     that the fit without the held-out 10 % measured on them; a refit model never carries an earlier fit's α."""
@@ -296,7 +315,7 @@ def test_size_limit_and_bad_parameters_are_clear_errors():
     for params, match in (({"kernel": "cosine"}, "kernel"), ({"solver": "lbfgs"}, "solver"),
                           ({"widths": (10, -1)}, "widths"), ({"widths": (10, math.inf)}, "widths"),
                           ({"lam": math.inf}, "lam.*>= 0"), ({"objective": "map"}, "objective"),
-                          ({"relaxation": 2.0}, "relaxation.*> 0 and < 2")):
+                          ({"relaxation": 2.0}, "relaxation.*> 0 and < 2"), ({"noise_min": -1e-4}, "noise_min")):
         with pytest.raises(ParameterError, match=match):
             ng.DKMRegressor(verbose=False, **params).fit(X, Y)
 
