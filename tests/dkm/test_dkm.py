@@ -276,9 +276,9 @@ def test_the_noise_floor_holds_in_every_solver_and_keeps_a_repeated_input_uncert
     params = dict(max_iter=5, validation_fraction=0.0, verbose=False)
     free = ng.DKMRegressor(noise_min=0.0, **params).fit(Xd, Yd)
     floored = ng.DKMRegressor(**params).fit(Xd, Yd)
-    assert free.noise_ < 1e-6 and floored.noise_ == pytest.approx(1e-4, rel=1e-6)
-    assert free.predict(X[:5], return_std=True)[1].max() < 1e-2 * Yd.std()
-    assert floored.predict(X[:5], return_std=True)[1].min() >= 1e-2 * Yd.std() * (1 - 1e-9)
+    assert free.noise_ < 1e-6 <= floored.noise_min and floored.noise_ == pytest.approx(floored.noise_min, rel=1e-6)
+    assert free.predict(X[:5], return_std=True)[1].max() < 1e-3 * Yd.std()
+    assert floored.predict(X[:5], return_std=True)[1].min() >= math.sqrt(floored.noise_min) * Yd.std() * (1 - 1e-9)
     for solver, kw in (("newton", {}), ("adam", {"lr": 0.05})):
         lows = []
         for floor in (0.0, 0.08):
