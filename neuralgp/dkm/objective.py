@@ -72,13 +72,24 @@ class DKMObjective:
 
     def initial_theta(self, weight: float = 0.5, noise: float = 0.1) -> torch.Tensor:
         k = self.kernel.n_weights
-        noise = max(noise, self.noise_min)
-        return torch.tensor([math.log(weight)] * k * (self.n_layers + 1) + [math.log(noise)], dtype=torch.float64)
+        theta = torch.tensor([math.log(weight)] * k * (self.n_layers + 1) + [math.log(noise)], dtype=torch.float64)
+        return self.clamp_noise(theta)
+
+    @property
+    def log_noise_min(self) -> float | None:
+        """log ``noise_min``, the lower bound of θ's last entry (None: unbounded)."""
+        return math.log(self.noise_min) if self.noise_min > 0 else None
+
+    def clamp_noise(self, theta: torch.Tensor) -> torch.Tensor:
+        """Raise log σ² (θ's last entry) to ``log_noise_min`` in place; returns θ."""
+        if self.log_noise_min is not None:
+            with torch.no_grad():
+                theta[-1].clamp_(min=self.log_noise_min)
+        return theta
 
     def hyper_bounds(self) -> list:
-        """(lower, upper) per entry of θ for L-BFGS-B: only log σ² is bounded, below by log ``noise_min``."""
-        floor = math.log(self.noise_min) if self.noise_min > 0 else None
-        return [(None, None)] * (self.kernel.n_weights * (self.n_layers + 1)) + [(floor, None)]
+        """(lower, upper) per entry of θ for L-BFGS-B: only log σ² is bounded, below by ``log_noise_min``."""
+        return [(None, None)] * (self.kernel.n_weights * (self.n_layers + 1)) + [(self.log_noise_min, None)]
 
     def unpack(self, theta) -> tuple[list, torch.Tensor]:
         """([w of K_0, …, w of K_L], σ²)."""

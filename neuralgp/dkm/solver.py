@@ -230,8 +230,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
     theta = obj.initial_theta() if theta is None else torch.as_tensor(theta, dtype=torch.float64).clone()
-    if obj.noise_min > 0:
-        theta[-1] = max(float(theta[-1]), math.log(obj.noise_min))
+    obj.clamp_noise(theta)  # a given θ below the floor starts at it
     Gs = [G.detach() for G in obj.prior_chain(theta)]
     log = SolverLog()
     with torch.no_grad():
@@ -286,9 +285,8 @@ def _fit_adam(obj, theta, Gs, steps, lr, hyper_lr, learn_hyper, log, start, prog
         loss = -obj.value(theta, grams() if obj.objective != "kernel_hyper" else None)
         loss.backward()
         opt.step()
-        if learn_hyper and obj.noise_min > 0:
-            with torch.no_grad():
-                theta[-1].clamp_(min=math.log(obj.noise_min))
+        if learn_hyper:
+            obj.clamp_noise(theta)
         now = time.perf_counter()
         elapsed = now - start - log.paused
         with torch.no_grad():
