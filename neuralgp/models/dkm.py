@@ -127,12 +127,6 @@ class DKMRegressor(NeuralGPRegressor):
     def recalibrates_on_validation(self) -> bool:
         return True
 
-    def _fixed_budget_clone(self):
-        """The fold model of ``NeuralGPRegressor._cross_fit_moments`` (α on a validation part under
-        ``CROSS_FIT_BELOW`` rows): these parameters on all the rows it is given, none held out, no recalibration. DKM
-        does not stop early, so its budget is ``max_iter`` sweeps as in the main fit."""
-        return clone(self).set_params(validation_fraction=0.0, refit=False, verbose=False)
-
     def _fit_scaled(self, X, y, X_val, y_val):
         P, need = len(y), self.estimated_memory_gb(len(y))
         if P > self.max_train_size or need > self.max_memory_gb:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from neuralgp import DAKRegressor, DBKRegressor, DKMRegressor
+from neuralgp import DAKRegressor, DBKRegressor
 from neuralgp.errors import ParameterError
 from neuralgp.models.base import CROSS_FIT_BELOW, CROSS_FIT_FOLDS, recalibration_scale
 
@@ -83,20 +83,3 @@ def test_dak_cross_fits_unless_fine_tuned():
     assert DAKRegressor(**params).fit(X, y).recalibrated_by_ == "cross_fit"
     # fine-tuning's pre-training also runs max_epochs, which early stopping did not choose
     assert DAKRegressor(**params, finetune=True).fit(X, y).recalibrated_by_ == "validation"
-
-
-def test_dkm_cross_fits_with_fold_models_of_its_own_sweeps():
-    """DKM stops after ``max_iter`` sweeps, not early: each fold model is the same fit on the other folds' rows."""
-    X, y = toy(60)
-    params = dict(widths=(20, 20), max_iter=2, verbose=False)
-    model = DKMRegressor(**params).fit(X[:50], y[:50], X[50:], y[50:])  # 10 calibration rows: cross-fitted
-    assert model.recalibrated_by_ == "cross_fit" and model.selection_optimism_ == 1.0
-    z2 = np.empty(60)
-    for held in np.array_split(np.random.default_rng(0).permutation(60), CROSS_FIT_FOLDS):
-        kept = np.setdiff1d(np.arange(60), held)
-        mean, std = DKMRegressor(**params, validation_fraction=0.0).fit(X[kept], y[kept]).predict(X[held],
-                                                                                                 return_std=True)
-        z2[held] = ((y[held] - mean) / std) ** 2
-    assert model.variance_scale_ == pytest.approx(recalibration_scale(z2.mean(), (z2 ** 2).mean(), 60), rel=1e-9)
-    main = DKMRegressor(**params, validation_fraction=0.0).fit(X[:50], y[:50])  # the main fit is untouched
-    assert np.allclose(model.predict(X[:5]), main.predict(X[:5]))
