@@ -52,7 +52,8 @@ class DKMRegressor(NeuralGPRegressor):
     uncalibrated — the paper's protocol);
     ``refit=True`` then fits again on all of (X, y) and keeps the variance scale α the held-out fit measured: the
     paper-protocol mean (boston RMSE 2.78 against 2.90) at twice the time, but α does not always carry over to the
-    second fit (uci/stock mask 1: test mean z² 68), so it is not the default (docs/methods/dkm.md, "Refit").
+    second fit (uci/stock: pooled test mean z² 1.60), so it is not the default (docs/methods/dkm.md, "Refit"). α is
+    never cross-fitted as DBK's is: fold models' variances are not this fit's ("Cross-fitted α: tried").
 
     Fitted: ``grams_`` (the learned training Grams), ``weights_`` (per kernel application), ``noise_``,
     ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
