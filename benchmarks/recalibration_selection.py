@@ -19,8 +19,16 @@ Fits use the suite's settings (60 s budget, seed = split index, 1 thread) with �
 predictions are those of the checkpoint each rule's pick keeps (all rules here keep the same one).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/recalibration_selection.py run dbk OUT DATASET...
-    (every split the suite pools: all 10 uci masks / 20 gal splits; SPLITS=N: the first N of them)
+    (every split the suite pools: all 10 uci masks / 20 gal splits, split 0 of the large sets; SPLITS=N: the
+    first N of them; MAX_TIME=s: the fit's budget, 60 s as the suite's small sets, 300 s for its large ones;
+    FITS=val: only the fit with the validation part, the large sets' one row)
     python benchmarks/recalibration_selection.py report OUT > OUT/rules.tsv
+    python benchmarks/recalibration_selection.py student-t OUT > OUT/student-t.tsv
+
+``student-t``: the library's α rule ("corrected + ½ SE") on the recorded fits, and on the same test predictions the
+Gaussian against ``predictive="student_t"`` (ν fitted by ``student_t_df`` to the validation z-scores after α);
+pooled per set and fit. The library cross-fits α (and ν) on validation parts under ``CROSS_FIT_BELOW`` rows; the
+replay uses the validation part there too.
 """
 
 from __future__ import annotations
@@ -36,8 +44,8 @@ from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated
 from neuralgp.bench.suites.calibration import split_of, splits_of
 from neuralgp.datasets import load
 from neuralgp.datasets.scaling import Scaler
-from neuralgp.metrics import coverage, mean_z2
-from neuralgp.models.base import NeuralGPRegressor, recalibration_scale, selection_optimism
+from neuralgp.metrics import coverage, crps, mean_z2, nll
+from neuralgp.models.base import NeuralGPRegressor, recalibration_scale, selection_optimism, student_t_df
 from neuralgp.registry import build
 
 
@@ -67,12 +75,13 @@ def run(name: str, out: Path, datasets: list[str]):
     for dataset in datasets:
         seeds = splits_of(dataset)[:int(os.environ.get("SPLITS", 0)) or None]
         for seed in seeds:
-            for plain in (False, True):
+            for plain in [kind == "plain" for kind in os.environ.get("FITS", "val,plain").split(",")]:
                 path = out / f"{dataset.replace('/', '_')}_{seed}_{'plain' if plain else 'val'}.npz"
                 if path.exists():
                     continue
                 d = load(dataset, split=split_of(dataset, seed), seed=seed)  # as the suite's runner: validation carved by seed
-                model = recording(build(name, verbose=False, max_time=60.0, seed=seed))  # as the suite: seed = split
+                model = recording(build(name, verbose=False, max_time=float(os.environ.get("MAX_TIME", 60)),
+                                          seed=seed))  # as the suite: seed = split
                 X, y = d.X_train, d.y_train
                 if plain:  # as the suite's '(plain fit)' rows: train + validation, a random 10 % held out inside
                     X, y = np.concatenate([X, d.X_val]), np.concatenate([y, d.y_val])
@@ -177,8 +186,48 @@ def report(out: Path):
               f"{np.corrcoef(needed, v)[0, 1]:.2f}" for r, v in factors.items()))
 
 
+def student_t(out: Path):
+    groups = {}
+    for f in sorted(out.glob("*.npz")):
+        *stem, seed, kind = f.stem.split("_")
+        groups.setdefault(("_".join(stem).replace("_", "/", 1), kind), []).append(f)
+    shapes = ("Gaussian", "Student-t")
+    print("set\tfit\tsplits\tn_test\tν (median)\t" + "\t".join(
+        f"{s}: {m}" for s in shapes for m in ("NLL", "CRPS", "coverage", "ok")) + "\tmean z²\tNLL: t − Gaussian (lower on)")
+    counts, gains = {s: {"val": 0, "plain": 0} for s in shapes}, []
+    for (dataset, kind), fs in sorted(groups.items()):
+        per_split, dfs, z2 = [], [], []  # per split: (rows, then NLL, CRPS, coverage of each shape)
+        for f in fs:
+            z = np.load(f)
+            best, alpha = RULES["corrected + ½ SE"](z["nll"], z["val_r"], z["val_v"])
+            df = student_t_df(z["val_r"][best] / np.sqrt(alpha * z["val_v"][best]))
+            r, s = z["test_r"][best], np.sqrt(alpha * z["test_v"][best])
+            per_split.append([len(r)] + [m(r, 0 * r, s, *a) for d in (None, df)
+                                         for m, a in ((nll, (d,)), (crps, (d,)), (coverage, (0.95, d)))])
+            dfs.append(df), z2.append((r / s) ** 2)
+        table = np.array(per_split)
+        pooled = table[:, 1:].T @ table[:, 0] / table[:, 0].sum()  # means over every test point of the splits
+        n, mz2 = int(table[:, 0].sum()), float(np.concatenate(z2).mean())
+        cells = []
+        for i, shape in enumerate(shapes):
+            ok = calibrated({"n_test": n, "coverage_95": pooled[3 * i + 2], "mean_z2": mz2})
+            counts[shape][kind] += ok and n >= MIN_POOLED_TEST
+            cells += [f"{pooled[3 * i]:.3f}", f"{pooled[3 * i + 1]:.4f}", f"{pooled[3 * i + 2]:.3f}", "yes" if ok else "no"]
+        gain = pooled[3] - pooled[0]
+        gains.append(gain)
+        print(f"{dataset}\t{kind}\t{len(fs)}\t{n}\t{np.median(dfs):.3g}\t" + "\t".join(cells)
+              + f"\t{mz2:.2f}\t{gain:+.3f} ({int(np.sum(table[:, 4] < table[:, 1]))} of {len(fs)})")
+    for kind in ("val", "plain"):
+        print(f"calibrated ({kind}, sets with >= {MIN_POOLED_TEST} test points)\t" + "\t".join(
+            f"{s}: {counts[s][kind]}" for s in shapes))
+    print(f"NLL lower with the t on {sum(g < 0 for g in gains)} of {len(gains)} set × fit cells; median change "
+          f"{np.median(gains):+.3f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(sys.argv[2], Path(sys.argv[3]), sys.argv[4:])
+    elif sys.argv[1] == "student-t":
+        student_t(Path(sys.argv[2]))
     else:
         report(Path(sys.argv[2]))

@@ -60,6 +60,7 @@ POSITIVE_INT = integer(1)
 # True: α on the validation part, cross-fitted on all rows when that part is small; "validation": on that part
 # alone; False: none (neuralgp.models.base.NeuralGPRegressor.fit)
 RECALIBRATION = (BOOL, one_of("validation"))
+PREDICTIVE = one_of("gaussian", "student_t")  # the predictive's shape around its mean and variance
 STEPS = integer(0)  # training iterations or epochs; 0 keeps the initial state (the untrained feature map's GP)
 POSITIVE = real(0, strict=True)
 NON_NEGATIVE = real(0)

@@ -48,7 +48,7 @@ RECALIBRATION_STANDARD_ERRORS = 0.5
 
 # validation parts smaller than this (a few dozen rows: data sets under about 1000 rows at the default 10 %) are too
 # few for α, whose z² are heavy-tailed: ``fit`` then cross-fits α on all the rows it was given, in this many folds
-# (``NeuralGPRegressor._cross_fit_moments``; docs/methods/dbk.md, "Cross-fitted recalibration on small data")
+# (``NeuralGPRegressor._cross_fit_z2``; docs/methods/dbk.md, "Cross-fitted recalibration on small data")
 CROSS_FIT_BELOW = 100
 CROSS_FIT_FOLDS = 5
 
@@ -226,7 +226,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         A validation part under ``CROSS_FIT_BELOW`` rows is too small for that: in one process, where the model
         can retrain (``_fixed_budget_clone``), α is ``recalibration_scale`` of the out-of-fold z² of the training
         and validation rows together, each fold predicted by the model retrained without it for the steps early
-        stopping kept (``recalibrated_by_`` says which rule set α)."""
+        stopping kept (``recalibrated_by_`` says which rule set α). With ``predictive="student_t"`` the same
+        held-out z-scores also give the t's degrees of freedom (``_fit_predictive_shape``)."""
         check_params(self)
         _refuse_process_group(self)
         X, y = check_X_y(X, y, owner=type(self).__name__)
@@ -252,13 +253,27 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if not n_val or not self.recalibrates_on_validation():
             return self
-        rule, moments, gamma = None, None, 1.0
+        rule, z2, gamma = None, None, 1.0
         if n_val < CROSS_FIT_BELOW and not distributed.is_distributed():
-            rule, moments = "cross_fit", self._cross_fit_moments(X, y, X_val, y_val)
-        if moments is None and n_val >= MIN_RECALIBRATION_POINTS:
-            rule, moments, gamma = "validation", self._z2_moments(X_val, y_val), self._selection_optimism()
-        self._apply_recalibration(moments, rule, gamma)
+            rule, z2 = "cross_fit", self._cross_fit_z2(X, y, X_val, y_val)
+        if z2 is None and n_val >= MIN_RECALIBRATION_POINTS:
+            rule, z2, gamma = "validation", self._held_out_z2(X_val, y_val), self._selection_optimism()
+        self._apply_recalibration(None if z2 is None else self._pooled_moments(z2), rule, gamma)
+        self._fit_predictive_shape(z2)
         return self
+
+    def _fit_predictive_shape(self, z2) -> None:
+        """With ``predictive="student_t"``: the degrees of freedom ``predictive_df_`` of the unit-variance t fitted
+        by maximum likelihood (``student_t_df``) to the held-out z-scores ``z2`` (squared, before recalibration)
+        that set α — after α, so the variance stays α's and ν only reshapes the predictive around it. In a process
+        group from the main worker's share of the validation part, the same ν on every worker. Nothing when α
+        was not set (no held-out rows, or they could not scale the variances)."""
+        if getattr(self, "predictive", "gaussian") != "student_t" or getattr(self, "variance_scale_", None) is None:
+            return
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.sqrt(np.asarray(z2, dtype=np.float64) / self.variance_scale_)
+        df = student_t_df(z[np.isfinite(z)])
+        self.predictive_df_ = float(distributed.from_main(torch.tensor(df, dtype=torch.float64)))
 
     def _apply_recalibration(self, moments, rule: str, gamma: float = 1.0) -> None:
         """Scale the variances by α = ``recalibration_scale(*moments)`` · γ (``moments``: (mean z², mean z⁴, rows),
@@ -274,8 +289,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         validation part alone)."""
         return None
 
-    def _cross_fit_moments(self, X, y, X_val, y_val):
-        """(mean z², mean z⁴, rows) of the out-of-fold z-scores of the training and validation rows together, in
+    def _cross_fit_z2(self, X, y, X_val, y_val):
+        """The squared out-of-fold z-scores of the training and validation rows together, in
         ``CROSS_FIT_FOLDS`` folds drawn with ``seed``: each fold predicted by ``_fixed_budget_clone`` fitted on
         the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
         the validation part, and no row is predicted by a model whose training stopped on it. None when there
@@ -296,7 +311,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             except (FloatingPointError, torch.linalg.LinAlgError):
                 return None
             z2[held] = ((rows_y[held] - mean) / std) ** 2
-        return z2_moments(z2)
+        return z2
 
     def _selection_optimism(self) -> float:
         """γ of ``selection_optimism`` when the training loop kept every check's validation points (early stopping
@@ -413,21 +428,28 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
 
         For a GP with k = σ_f²j + σ²δ this is σ_f² and σ² both times α: the mean does not change and the
         mean squared z-score on the calibration set becomes exactly 1. ``variance_scale_`` holds the product of
-        all recalibrations so far.
+        all recalibrations so far. With ``predictive="student_t"`` the t's degrees of freedom are refitted on the
+        same rows.
         """
         X_cal, y_cal = check_X_y(X_cal, y_cal, min_rows=1, x_name="X_cal", y_name="y_cal", owner=type(self).__name__,
                                  varying=False)
-        alpha = self._z2_moments(X_cal, y_cal)[0]
+        z2 = self._held_out_z2(X_cal, y_cal)
+        alpha = self._pooled_moments(z2)[0]
         if not (np.isfinite(alpha) and alpha > 0):
             raise InputError(f"recalibration factor is {alpha}; the calibration targets equal the predictions")
         self.variance_scale_ = self.variance_scale * alpha
+        self._fit_predictive_shape(z2 * self.variance_scale_ / alpha)  # z² before any recalibration
         return self
 
-    def _z2_moments(self, X, y) -> tuple[float, float, int]:
-        """(mean of z², mean of z⁴, rows) of the z-scores on (X, y): in a process group over every worker's rows."""
+    def _held_out_z2(self, X, y) -> np.ndarray:
+        """Squared z-scores of the current predictive on (X, y) (this worker's rows in a process group)."""
         mean, std = self.predict(X, return_std=True)  # checks fitted and the feature count
-        z2 = ((y - mean) / std) ** 2
-        sums = distributed.total(torch.tensor([z2.sum(), (z2 ** 2).sum(), len(y)], dtype=torch.float64))
+        return ((y - mean) / std) ** 2
+
+    @staticmethod
+    def _pooled_moments(z2) -> tuple[float, float, int]:
+        """(mean of z², mean of z⁴, rows) of squared z-scores: in a process group over every worker's rows."""
+        sums = distributed.total(torch.tensor([z2.sum(), (z2 ** 2).sum(), len(z2)], dtype=torch.float64))
         return float(sums[0] / sums[2]), float(sums[1] / sums[2]), int(sums[2])
 
     @property

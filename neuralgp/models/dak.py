@@ -32,7 +32,7 @@ from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
+                             PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.train import adam, compiled, minibatch_epoch, train
 
@@ -98,15 +98,15 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     param_rules = {**FEATURE_RULES, "inference": one_of(*INFERENCE), "max_iter": STEPS, "max_epochs": STEPS,
                    "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT), "noise_init": POSITIVE,
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "validation_fraction": VALIDATION_FRACTION,
-                   "recalibration": RECALIBRATION, **CHECKPOINT_RULES}
+                   "recalibration": RECALIBRATION, "predictive": PREDICTIVE, **CHECKPOINT_RULES}
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
                  weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None,
                  max_time=None, compile=False,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
-                 verbose=True, checkpoint=None, checkpoint_every=100):
+                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="gaussian", seed=0,
+                 device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.n_projections = n_projections
         self.grid_level = grid_level
         self.lengthscale = lengthscale
@@ -134,6 +134,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         self.input_scaling = input_scaling
         self.validation_fraction = validation_fraction
         self.recalibration = recalibration
+        self.predictive = predictive
         self.seed = seed
         self.device = device
         self.verbose = verbose

@@ -19,7 +19,7 @@ from neuralgp.features.networks import ACTIVATIONS, BACKBONES
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             RECALIBRATION, STEPS, VALIDATION_FRACTION, one_of)
+                             PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, one_of)
 from neuralgp.posterior import PRECISIONS
 from neuralgp.posterior.variational import FAMILIES
 
@@ -43,7 +43,7 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, **CHECKPOINT_RULES, **COMMON_RULES}
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
@@ -51,8 +51,8 @@ class DBKRegressor(WeightSpaceRegressor):
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
-                 input_scaling="minmax", validation_fraction=0.1, recalibration=True, seed=0, device="cpu",
-                 verbose=True, checkpoint=None, checkpoint_every=100):
+                 input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="gaussian", seed=0,
+                 device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone
         self.hidden = hidden
@@ -80,6 +80,7 @@ class DBKRegressor(WeightSpaceRegressor):
         self.input_scaling = input_scaling
         self.validation_fraction = validation_fraction
         self.recalibration = recalibration
+        self.predictive = predictive
         self.seed = seed
         self.device = device
         self.verbose = verbose

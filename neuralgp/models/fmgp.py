@@ -23,7 +23,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             VALIDATION_FRACTION, int_tuple, one_of)
+                             PREDICTIVE, VALIDATION_FRACTION, int_tuple, one_of)
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats, stream_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.positive import Positive
@@ -146,13 +146,13 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     """
 
     param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL,
-                   "validation_fraction": VALIDATION_FRACTION}
+                   "validation_fraction": VALIDATION_FRACTION, "predictive": PREDICTIVE}
 
     def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, seed=0, device="cpu", verbose=True,
-                 checkpoint=None, checkpoint_every=100):
+                 input_scaling="standard", validation_fraction=0.1, predictive="gaussian", seed=0, device="cpu",
+                 verbose=True, checkpoint=None, checkpoint_every=100):
         self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
@@ -173,6 +173,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.validation_fraction = validation_fraction
+        self.predictive = predictive
         self.seed = seed
         self.device = device
         self.verbose = verbose

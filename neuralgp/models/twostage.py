@@ -30,7 +30,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPRegressor, device_memory_gb, student_t_df, z2_moments
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
-from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, SEED, Rule, one_of
+from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, PREDICTIVE, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search, check_search_rows
 from neuralgp.twostage.noise import NoiseShape
 from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, refit_kernel_ridge, ridge_from_state,
@@ -95,7 +95,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE), "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
-                   "predictive": one_of("gaussian", "student_t"), "seed": SEED,
+                   "predictive": PREDICTIVE, "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr-ard", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",

@@ -62,7 +62,7 @@ class WeightSpaceRegressor(NeuralGPRegressor):
 
     def _fixed_budget_clone(self):
         """This model's parameters with ``max_iter`` (exact) or ``max_epochs`` (mini-batch) set to the step early
-        stopping kept, and neither validation nor recalibration (``NeuralGPRegressor._cross_fit_moments``); None
+        stopping kept, and neither validation nor recalibration (``NeuralGPRegressor._cross_fit_z2``); None
         with ``recalibration="validation"``."""
         if self.recalibration == "validation":
             return None
