@@ -46,7 +46,7 @@ from neuralgp.datasets import load
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.metrics import coverage, crps, mean_z2, nll
 from neuralgp.models.base import NeuralGPRegressor, recalibration_scale, selection_optimism, student_t_df
-from neuralgp.registry import build
+from neuralgp.registry import factory
 
 
 def recording(model):
@@ -80,8 +80,8 @@ def run(name: str, out: Path, datasets: list[str]):
                 if path.exists():
                     continue
                 d = load(dataset, split=split_of(dataset, seed), seed=seed)  # as the suite's runner: validation carved by seed
-                model = recording(build(name, verbose=False, max_time=float(os.environ.get("MAX_TIME", 60)),
-                                          seed=seed))  # as the suite: seed = split
+                model = recording(factory(name)({"verbose": False, "max_time": float(os.environ.get("MAX_TIME", 60)),
+                                                 "seed": seed}, len(d.y_train)))  # as the suite: seed = split
                 X, y = d.X_train, d.y_train
                 if plain:  # as the suite's '(plain fit)' rows: train + validation, a random 10 % held out inside
                     X, y = np.concatenate([X, d.X_val]), np.concatenate([y, d.y_val])

@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 from neuralgp import distributed, load
 from neuralgp.datasets.rows import ArrayRows
 from neuralgp.models import DBKRegressor, FMGPClassifier, FMGPRegressor, SVDKLRegressor
+from neuralgp.models.base import student_t_df
 from neuralgp.posterior.exact import gram_stats
 
 WORLD = 2
@@ -85,6 +86,15 @@ def _svdkl(rank, out):
     torch.save(model._modules().state_dict(), f"{out}.{rank}")
 
 
+def _student_t(rank, out):
+    X, y = _data()
+    rows = distributed.shard(len(y))
+    model = DBKRegressor(**DBK_EXACT, predictive="student_t").fit(X[rows], y[rows])
+    X_val, y_val = model._hold_out_validation(X[rows], y[rows])[2:]  # this worker's share of the validation part
+    mean, std = model.predict(X_val, return_std=True)
+    torch.save({"df": model.predictive_df, "own": student_t_df((y_val - mean) / std)}, f"{out}.{rank}")
+
+
 def _dies(rank, out):
     if rank == 1:
         os._exit(3)  # a worker that dies before the first collective
@@ -147,6 +157,12 @@ def test_two_workers_fit_what_one_process_fits_on_all_rows(tmp_path):
     for a, b in zip(per_rank[0]["streamed"], one.predict(X_test, return_std=True)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     assert np.all(np.isfinite(per_rank[0]["fmgp"][1]))
+
+
+def test_a_student_t_predictive_has_one_nu_fitted_on_the_main_workers_validation_share(tmp_path):
+    assert _spawn(_student_t, tmp_path / "t.pt") == [0, 0]
+    main, other = (torch.load(tmp_path / f"t.pt.{rank}", weights_only=False) for rank in range(WORLD))
+    assert main["df"] == other["df"] == pytest.approx(main["own"], rel=1e-9)
 
 
 def test_svdkl_data_parallel_step_is_the_one_process_step_on_all_rows(tmp_path, monkeypatch):

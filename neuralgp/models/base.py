@@ -270,9 +270,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         was not set (no held-out rows, or they could not scale the variances)."""
         if getattr(self, "predictive", "gaussian") != "student_t" or getattr(self, "variance_scale_", None) is None:
             return
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.sqrt(np.asarray(z2, dtype=np.float64) / self.variance_scale_)
-        df = student_t_df(z[np.isfinite(z)])
+        df = np.nan
+        if distributed.is_main():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.sqrt(np.asarray(z2, dtype=np.float64) / self.variance_scale_)
+            df = student_t_df(z[np.isfinite(z)])
         self.predictive_df_ = float(distributed.from_main(torch.tensor(df, dtype=torch.float64)))
 
     def _apply_recalibration(self, moments, rule: str, gamma: float = 1.0) -> None:
