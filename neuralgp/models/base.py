@@ -504,6 +504,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             self.variance_scale_ = float(payload["variance_scale"])
         if payload.get("predictive_df") is not None:  # nor from before the Student-t predictive
             self.predictive_df_ = float(payload["predictive_df"])
+        if "predictive" in self.get_params() and "predictive" not in payload["params"]:
+            self.predictive = "gaussian"  # a file from before the option: what it was fitted as, whatever the default
 
     @staticmethod
     def _tensor(a, dtype=torch.float32, device="cpu"):

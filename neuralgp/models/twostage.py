@@ -293,8 +293,6 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                 "residual_scale": self.residual_scale_, "noise_shape": shape}
 
     def _restore(self, state: dict):
-        if self.predictive == "student_t" and self.predictive_df is None:  # a file from before the t was the default
-            self.predictive = "gaussian"  # (its params have no "predictive"): what it was fitted as
         self.mean_model_ = None if state["mean"] is None else ridge_from_state(state["mean"], self.device)
         self.kernel_, self.kernel_scores_ = state["kernel"], state["kernel_scores"]
         self.residual_scale_ = state["residual_scale"]

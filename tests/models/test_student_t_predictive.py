@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from neuralgp import DAKRegressor, DBKRegressor, DKMRegressor, FMGPRegressor, load
 from neuralgp.errors import ParameterError
@@ -73,6 +74,21 @@ def test_recalibrate_refits_nu_and_save_load_keeps_it(tmp_path):
     loaded = load(tmp_path / "m.pt")
     assert loaded.predictive_df == model.predictive_df and loaded.predictive == "student_t"
     np.testing.assert_array_equal(loaded.predict_interval(X_cal)[0], model.predict_interval(X_cal)[0])
+
+
+def test_fmgp_defaults_to_the_t_and_a_file_from_before_the_option_loads_as_the_gaussian_it_was(tmp_path):
+    X, y = toy(200)
+    model = FMGPRegressor(hidden=32, feature_dim=8, max_iter=50, verbose=False).fit(X, y)
+    assert model.predictive == "student_t" and model.predictive_df is not None
+    gauss = FMGPRegressor(hidden=32, feature_dim=8, max_iter=50, verbose=False, predictive="gaussian").fit(X, y)
+    assert gauss.predictive_df is None
+    gauss.save(tmp_path / "g.pt")
+    payload = torch.load(tmp_path / "g.pt", weights_only=True)
+    del payload["params"]["predictive"]  # as saved before the parameter existed
+    torch.save(payload, tmp_path / "old.pt")
+    old = load(tmp_path / "old.pt")
+    assert old.predictive == "gaussian" and old.predictive_df is None
+    assert load(tmp_path / "g.pt").predictive == "gaussian"
 
 
 @pytest.mark.parametrize("cls, params", [

@@ -41,8 +41,9 @@ def split_of(dataset: str, seed: int) -> str:
 
 OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
         "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp"),
-        "FM-GP (Student-t)": factory("fmgp", predictive="student_t"),
-        "FM-GP (plain fit; Student-t)": factory("fmgp", predictive="student_t"),
+        # the default before 2026-11-28 (the Student-t predictive since: docs/methods/dbk.md)
+        "FM-GP (Gaussian)": factory("fmgp", predictive="gaussian"),
+        "FM-GP (plain fit; Gaussian)": factory("fmgp", predictive="gaussian"),
         "DAK": factory("dak"), "DAK (plain fit)": factory("dak"), "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27, mean="krr", one step each
         "Two-stage (KRR mean)": factory("twostage", mean="krr"),
@@ -63,7 +64,7 @@ BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "FM-GP (plain fit; Student-t)",
+                                      "FM-GP (plain fit; Gaussian)",
                                       "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
                                       "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
                                       "Two-stage NN",
