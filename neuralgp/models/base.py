@@ -259,21 +259,20 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         if z2 is None and n_val >= MIN_RECALIBRATION_POINTS:
             rule, z2, gamma = "validation", self._held_out_z2(X_val, y_val), self._selection_optimism()
         self._apply_recalibration(None if z2 is None else self._pooled_moments(z2), rule, gamma)
-        self._fit_predictive_shape(z2)
+        if getattr(self, "variance_scale_", None) is not None:  # the z-scores that set α also shape the predictive
+            self._fit_predictive_shape(z2 / self.variance_scale_)
         return self
 
     def _fit_predictive_shape(self, z2) -> None:
         """With ``predictive="student_t"``: the degrees of freedom ``predictive_df_`` of the unit-variance t fitted
-        by maximum likelihood (``student_t_df``) to the held-out z-scores ``z2`` (squared, before recalibration)
-        that set α — after α, so the variance stays α's and ν only reshapes the predictive around it. In a process
-        group from the main worker's share of the validation part, the same ν on every worker. Nothing when α
-        was not set (no held-out rows, or they could not scale the variances)."""
-        if getattr(self, "predictive", "gaussian") != "student_t" or getattr(self, "variance_scale_", None) is None:
+        by maximum likelihood (``student_t_df``) to ``z2``, the squared held-out z-scores of the recalibrated
+        predictive (those that set α, after α: the variance stays α's and ν only reshapes the predictive around
+        it). In a process group from the main worker's share of the validation part, the same ν on every worker."""
+        if getattr(self, "predictive", "gaussian") != "student_t":
             return
         df = np.nan
         if distributed.is_main():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z = np.sqrt(np.asarray(z2, dtype=np.float64) / self.variance_scale_)
+            z = np.sqrt(np.asarray(z2, dtype=np.float64))
             df = student_t_df(z[np.isfinite(z)])
         self.predictive_df_ = float(distributed.from_main(torch.tensor(df, dtype=torch.float64)))
 
@@ -440,7 +439,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         if not (np.isfinite(alpha) and alpha > 0):
             raise InputError(f"recalibration factor is {alpha}; the calibration targets equal the predictions")
         self.variance_scale_ = self.variance_scale * alpha
-        self._fit_predictive_shape(z2 * self.variance_scale_ / alpha)  # z² before any recalibration
+        self._fit_predictive_shape(z2 / alpha)
         return self
 
     def _held_out_z2(self, X, y) -> np.ndarray:

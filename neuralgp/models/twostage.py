@@ -27,7 +27,7 @@ from sklearn.model_selection import KFold
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
-from neuralgp.models.base import NeuralGPRegressor, device_memory_gb, student_t_df, z2_moments
+from neuralgp.models.base import NeuralGPRegressor, device_memory_gb, z2_moments
 from neuralgp.models.baselines import SVGPRegressor
 from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, PREDICTIVE, SEED, Rule, one_of
@@ -205,8 +205,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             var = np.maximum(var_f + noise, np.finfo(np.float64).tiny)
             if self.recalibrate:
                 self._apply_recalibration(z2_moments(err ** 2 / var), "held_out_folds" if shaped else "leave_one_out")
-            if heavy_tailed:
-                self.predictive_df_ = student_t_df(err / np.sqrt(self.variance_scale * var))
+            self._fit_predictive_shape(err ** 2 / (self.variance_scale * var))  # with predictive="student_t"
         self.stage_seconds_["variance"] = time.perf_counter() - clock
         return self
 
