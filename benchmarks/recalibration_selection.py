@@ -145,12 +145,18 @@ RULES = {"same part": scale_same_part, "nested": scale_nested, "corrected": scal
          "corrected + ½ SE": scale_upper(0.5), "corrected + 1 SE": scale_upper(1.0)}
 
 
-def report(out: Path):
-    files = sorted(out.glob("*.npz"))
+def grouped(files) -> dict:
+    """The recorded fits by (dataset, "val" | "plain"), from their file names."""
     groups = {}
     for f in files:
         *stem, seed, kind = f.stem.split("_")
         groups.setdefault(("_".join(stem).replace("_", "/", 1), kind), []).append(f)
+    return groups
+
+
+def report(out: Path):
+    files = sorted(out.glob("*.npz"))
+    groups = grouped(files)
     counts = {(r, k): 0 for r in RULES for k in ("val", "plain")}
     print("set\tfit\tsplits\tn_test\t" + "\t".join(f"{r}: coverage\t{r}: mean z²\t{r}: NLL\t{r}: ok" for r in RULES))
     for (dataset, kind), fs in sorted(groups.items()):
@@ -187,10 +193,7 @@ def report(out: Path):
 
 
 def student_t(out: Path):
-    groups = {}
-    for f in sorted(out.glob("*.npz")):
-        *stem, seed, kind = f.stem.split("_")
-        groups.setdefault(("_".join(stem).replace("_", "/", 1), kind), []).append(f)
+    groups = grouped(sorted(out.glob("*.npz")))
     shapes = ("Gaussian", "Student-t")
     print("set\tfit\tsplits\tn_test\tν (median)\t" + "\t".join(
         f"{s}: {m}" for s in shapes for m in ("NLL", "CRPS", "coverage", "ok")) + "\tmean z²\tNLL: t − Gaussian (lower on)")
