@@ -52,6 +52,10 @@ class Suite:
     merge_validation: frozenset = frozenset()  # rows fitted by plain fit(X, y) on the training and validation parts
     recalibrate: bool = False  # FM-GP's protocol: every model's variances recalibrated on the validation part
     budget_s: float = 1800.0  # wall-clock seconds of training per run, unless the command gives --budget
+    # row -> its Gaussian twin: a Student-t row's fit also scored under the Gaussian of the same mean and variance,
+    # recorded as the twin's run (``evaluate_regression(gaussian_twin=True)``); the twin runs by itself only when
+    # its row does not run
+    gaussian_twins: dict = field(default_factory=dict)
     groups: list = None  # row groups of a grouped table (the DBK paper's exact and SVI halves)
     columns: list = None  # metric tables: (record key, header, index into the paper's tuple or None)
     note: str = ""
@@ -205,6 +209,9 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
     env = environment(device)
     jobs = [] if report_only else [(d, s, m) for d in dataset_names for s in seeds_of(d) for m in model_names
                                    if (m, d, s, quick) not in done and (suite.runs is None or suite.runs(m, d))]
+    twin_of = {m: t for m, t in suite.gaussian_twins.items() if m in suite.models and t in suite.models}
+    coming = {(d, s, twin_of[m]) for d, s, m in jobs if m in twin_of and (twin_of[m], d, s, quick) not in done}
+    jobs = [job for job in jobs if job not in coming]
     common = {"verbose": False, "max_time": budget_s, "device": device, **suite.model_params,
               **(QUICK["common"] if quick else {}), **({} if depth is None else {"depth": depth}),
               **({} if max_memory_gb is None else {"max_memory_gb": max_memory_gb})}
@@ -223,13 +230,15 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
         record["params"] = {k: v for k, v in model.get_params().items()
                             if v is None or isinstance(v, (bool, int, float, str))}
         _reset_peak_memory()
-        started = time.perf_counter()
+        started, twin = time.perf_counter(), None
         try:
             if suite.task == "classification":
                 metrics = evaluate_classification(model, ds)
             else:
                 metrics = evaluate_regression(model, ds, recalibrate=suite.recalibrate,
-                                              merge_validation=model_name in suite.merge_validation)
+                                              merge_validation=model_name in suite.merge_validation,
+                                              gaussian_twin=(dataset, seed, twin_of.get(model_name)) in coming)
+            twin = metrics.pop("gaussian_twin", None)
             record.update(metrics, status="time-capped" if metrics["out_of_time"] else "ok")
         except ResourceLimitError as exc:
             record.update(status="skipped: memory", reason=str(exc))
@@ -237,8 +246,12 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
             # InputError: this split is data the model refuses (one target value, say); the other splits go on
             record.update(status="failed", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
         record.update(wall_seconds=time.perf_counter() - started, peak_memory_mb=_peak_memory_mb())
+        lines = [record]
+        if twin is not None:  # the same fit under the Gaussian: the twin row's record
+            lines.append({**record, **twin, "model": twin_of[model_name], "gaussian_twin_of": model_name,
+                          "params": {**record["params"], "predictive": "gaussian"}})
         with open(results, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+            fh.writelines(json.dumps(r) + "\n" for r in lines)
     records = [r for r in read_records(results) if r["quick"] == quick]
     report, draw = suite.report
     (out / "table.md").write_text(report(suite, records) + "\n")

@@ -92,6 +92,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
     lengthscale 0.3 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part
     (every 10 epochs, patience 200); docs/methods/dak.md has the measurements. ``dak-table2`` sets the paper's.
+    ``predictive="student_t"`` (the default since 2026-11-29; "gaussian" before and in the paper): the recalibrated
+    mean and variance with a t's shape fitted to the held-out z-scores (``NeuralGPRegressor._fit_predictive_shape``).
     """
 
     name = "DAK"
@@ -105,7 +107,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
                  weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None,
                  max_time=None, compile=False,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="gaussian", seed=0,
+                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="student_t", seed=0,
                  device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.n_projections = n_projections
         self.grid_level = grid_level

@@ -179,3 +179,23 @@ def test_row_and_dataset_names_can_be_named_on_the_command_line():
         if isinstance(suite, Suite):
             named = [*suite.models, *suite.datasets]
             assert not [n for n in named if "," in n], suite.name
+
+
+def test_a_gaussian_twin_scores_its_rows_fit_as_the_gaussian_model_would(tmp_path):
+    from neuralgp.bench.calibration import CALIBRATION
+    from neuralgp.registry import factory
+
+    small = {"max_epochs": 30, "eval_every": 10}
+    suite = Suite("twins", {"t": factory("dak", predictive="student_t", **small),
+                            "Gaussian": factory("dak", predictive="gaussian", **small)},
+                  ["synthetic/step1d@200"], CALIBRATION, seeds=[0], groups=[["t", "Gaussian"], []],
+                  gaussian_twins={"t": "Gaussian"})
+    records = read_records(run_suite(suite, tmp_path / "both", verbose=False) / "results.jsonl")
+    t, twin = records  # one fit, two records: the twin did not run by itself
+    assert (t["model"], twin["model"], twin["gaussian_twin_of"]) == ("t", "Gaussian", "t")
+    assert t["predictive_df"] > 0 and twin["predictive_df"] is None and twin["params"]["predictive"] == "gaussian"
+    assert twin["rmse"] == t["rmse"] and twin["mean_z2"] == t["mean_z2"] and twin["nll"] != t["nll"]
+    alone, = read_records(run_suite(suite, tmp_path / "alone", model_names=["Gaussian"], verbose=False)
+                          / "results.jsonl")  # without its row the twin is fitted by itself: the same numbers
+    for key in ("rmse", "nll", "coverage_95", "mean_z2", "crps", "coverage_levels", "variance_scale"):
+        assert alone[key] == pytest.approx(twin[key], rel=1e-9), key

@@ -44,7 +44,14 @@ OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": facto
         # the default before 2026-11-28 (the Student-t predictive since: docs/methods/dbk.md)
         "FM-GP (Gaussian)": factory("fmgp", predictive="gaussian"),
         "FM-GP (plain fit; Gaussian)": factory("fmgp", predictive="gaussian"),
-        "DAK": factory("dak"), "DAK (plain fit)": factory("dak"), "Two-stage": factory("twostage"),
+        "DAK": factory("dak"), "DAK (plain fit)": factory("dak"),
+        # the default before 2026-11-29, scored on the same fits as the two rows above (``Suite.gaussian_twins``)
+        "DAK (Gaussian)": factory("dak", predictive="gaussian"),
+        "DAK (plain fit; Gaussian)": factory("dak", predictive="gaussian"),
+        # DBK with the Student-t predictive; its Gaussian twins are the rows 'DBK' and 'DBK (plain fit)'
+        "DBK (Student-t)": factory("dbk", predictive="student_t"),
+        "DBK (plain fit; Student-t)": factory("dbk", predictive="student_t"),
+        "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27, mean="krr", one step each
         "Two-stage (KRR mean)": factory("twostage", mean="krr"),
         "Two-stage (Gaussian)": factory("twostage", mean="krr", predictive="gaussian"),
@@ -64,7 +71,8 @@ BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "FM-GP (plain fit; Gaussian)",
+                                      "FM-GP (plain fit; Gaussian)", "DAK (plain fit; Gaussian)",
+                                      "DBK (plain fit; Student-t)",
                                       "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
                                       "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
                                       "Two-stage NN",
@@ -72,6 +80,9 @@ SUITES = [
                                       "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           groups=[list(OURS), list(BASELINES)],
+          gaussian_twins={"FM-GP": "FM-GP (Gaussian)", "FM-GP (plain fit)": "FM-GP (plain fit; Gaussian)",
+                          "DAK": "DAK (Gaussian)", "DAK (plain fit)": "DAK (plain fit; Gaussian)",
+                          "DBK (Student-t)": "DBK", "DBK (plain fit; Student-t)": "DBK (plain fit)"},
           note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
                "on the training and validation parts together; the others use the validation part (early stopping, "
                "recalibration). Every model at its library defaults."),
