@@ -1,0 +1,66 @@
+"""Two rows of a suite's records on the same splits: per set, RMSE, NLL (Δ ± standard error, on how many splits the
+new row is lower), pooled 95 % coverage / mean z² with the calibration suite's verdict, and the median Student-t ν.
+
+    python benchmarks/pair_rows.py RESULTS.jsonl ROW_NEW ROW_OLD
+
+Used for the Student-t rows against their Gaussian twins (the same fits: ``Suite.gaussian_twins``). Prints a markdown
+table and a one-line summary.
+"""
+
+import collections
+import json
+import sys
+
+import numpy as np
+
+from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated
+
+
+def by_set(path, model):
+    rows = collections.defaultdict(dict)
+    for line in open(path):
+        if line.strip():
+            r = json.loads(line)
+            if r["model"] == model and r["status"] in ("ok", "time-capped"):
+                rows[r["dataset"]][r["split"]] = r
+    return rows
+
+
+def pooled(records):
+    n = np.array([r["n_test"] for r in records])
+    p = {"n_test": int(n.sum()), "coverage_95": float(n @ [r["coverage_95"] for r in records] / n.sum()),
+         "mean_z2": float(n @ [r["mean_z2"] for r in records] / n.sum())}
+    return p, f"{p['coverage_95']:.3f} / {p['mean_z2']:.2f}{'' if calibrated(p) else ' ✗'}"
+
+
+def main(path, new_row, old_row):
+    new, old = by_set(path, new_row), by_set(path, old_row)
+    print(f"| set | splits | RMSE: {old_row} → {new_row} | NLL (Δ ± se, lower on) | cov. / mean z² | ν (median) |")
+    print("|---|---|---|---|---|---|")
+    counted = lower = 0
+    verdicts = [0, 0]
+    for dataset in sorted(new):
+        a, b = new[dataset], old.get(dataset, {})
+        common = sorted(set(a) & set(b), key=lambda s: int(s.split(":")[1]) if ":" in s else 0)
+        if not common:
+            continue
+        dn = np.array([a[s]["nll"] - b[s]["nll"] for s in common])
+        se = dn.std(ddof=1) / np.sqrt(len(dn)) if len(dn) > 1 else float("nan")
+        (pa, ta), (pb, tb) = pooled([a[s] for s in common]), pooled([b[s] for s in common])
+        if pa["n_test"] >= MIN_POOLED_TEST:
+            counted += 1
+            lower += dn.mean() < 0
+            verdicts[0] += calibrated(pb)
+            verdicts[1] += calibrated(pa)
+        nus = [a[s]["predictive_df"] for s in common if a[s].get("predictive_df") is not None]
+        print(f"| {dataset} | {len(common)} | {np.mean([b[s]['rmse'] for s in common]):.4f} → "
+              f"{np.mean([a[s]['rmse'] for s in common]):.4f} | {np.mean([b[s]['nll'] for s in common]):.3f} → "
+              f"{np.mean([a[s]['nll'] for s in common]):.3f} ({dn.mean():+.3f} ± {se:.3f}, {(dn < 0).sum()}) | "
+              f"{tb} → {ta} | {np.median(nus) if nus else float('nan'):.3g} |")
+    print(f"\ncounted sets {counted}: calibrated {verdicts[0]} → {verdicts[1]}; mean NLL lower on {lower}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])
