@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated
+from neuralgp.bench.calibration import MIN_POOLED_TEST, calibrated, pooled
 
 
 def by_set(path, model):
@@ -26,10 +26,9 @@ def by_set(path, model):
     return rows
 
 
-def pooled(records):
-    n = np.array([r["n_test"] for r in records])
-    p = {"n_test": int(n.sum()), "coverage_95": float(n @ [r["coverage_95"] for r in records] / n.sum()),
-         "mean_z2": float(n @ [r["mean_z2"] for r in records] / n.sum())}
+def verdict(records):
+    """The suite's pooled coverage and mean z² (``neuralgp.bench.calibration.pooled``) and their printed verdict."""
+    p = pooled(records)
     return p, f"{p['coverage_95']:.3f} / {p['mean_z2']:.2f}{'' if calibrated(p) else ' ✗'}"
 
 
@@ -46,7 +45,7 @@ def main(path, new_row, old_row):
             continue
         dn = np.array([a[s]["nll"] - b[s]["nll"] for s in common])
         se = dn.std(ddof=1) / np.sqrt(len(dn)) if len(dn) > 1 else float("nan")
-        (pa, ta), (pb, tb) = pooled([a[s] for s in common]), pooled([b[s] for s in common])
+        (pa, ta), (pb, tb) = verdict([a[s] for s in common]), verdict([b[s] for s in common])
         if pa["n_test"] >= MIN_POOLED_TEST:
             counted += 1
             lower += dn.mean() < 0
