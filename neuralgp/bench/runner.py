@@ -65,7 +65,7 @@ class Suite:
 
 
 QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_epochs": 2, "eval_every": 5,
-                                                          "aks_repeats": 3})
+                                                          "aks_repeats": 3, "ard_steps": 30})
 
 
 def _load(name: str, seed: int, root, split):

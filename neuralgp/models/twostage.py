@@ -33,7 +33,7 @@ from neuralgp.models.gpnn import GPnnRegressor
 from neuralgp.params import BOOL, DEVICE, NONE, POSITIVE, POSITIVE_INT, PREDICTIVE, SEED, Rule, one_of
 from neuralgp.twostage.kernel_search import automatic_kernel_search, check_search_rows
 from neuralgp.twostage.noise import NoiseShape
-from neuralgp.twostage.ridge import (KERNEL_NAMES, fit_kernel_ridge, refit_kernel_ridge, ridge_from_state,
+from neuralgp.twostage.ridge import (ARD_STEPS, KERNEL_NAMES, fit_kernel_ridge, refit_kernel_ridge, ridge_from_state,
                                     ridge_state)
 from neuralgp.twostage.variance import ZeroMeanGP, fit_variance_gp, leave_one_out, predictive_variance
 
@@ -61,7 +61,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     GP fitted to the targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on
     standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
-    (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``warm_start`` = m rows
+    (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``ard_steps`` = the
+    marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time); ``warm_start`` = m rows
     for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more than 400 rows, else
     none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
     "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the mean, the noise shape) compute
@@ -93,13 +94,13 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
-                   "aks_repeats": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE), "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   "aks_repeats": POSITIVE_INT, "ard_steps": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE), "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
                    "predictive": PREDICTIVE, "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr-ard", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
-                 n_neighbors=50, aks_repeats=20, max_memory_gb=None, normalize_y=True, input_scaling="standard",
+                 n_neighbors=50, aks_repeats=20, ard_steps=ARD_STEPS, max_memory_gb=None, normalize_y=True, input_scaling="standard",
                  recalibrate=True, noise="auto", predictive="student_t", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance
@@ -108,6 +109,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.warm_start = warm_start
         self.residuals = residuals
         self.aks_repeats = aks_repeats
+        self.ard_steps = ard_steps
         self.max_memory_gb = max_memory_gb
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
@@ -121,7 +123,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     def _fit_mean(self, X, y, loo: bool):
         if isinstance(self.mean, str):
             return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed,
-                                    device=self.device, loo=loo, ard=self.mean == "krr-ard")
+                                    device=self.device, loo=loo, ard=self.mean == "krr-ard", ard_steps=self.ard_steps)
         return clone(self.mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:

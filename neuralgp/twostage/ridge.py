@@ -59,11 +59,12 @@ def median_distance(X, seed: int = 0, max_rows: int = 1000) -> float:
     return float(np.median(d)) if len(d) else 1.0
 
 
-def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu") -> tuple[np.ndarray, float]:
+def ard_hyperparameters(X, y, kernel: str, seed: int = 0, device="cpu",
+                        steps: int = ARD_STEPS) -> tuple[np.ndarray, float]:
     """(one lengthscale per input, λ = σ²/σ_f²) of the zero-mean GP with ``kernel`` fitted to (X, y) by its
-    marginal likelihood (``fit_variance_gp``, ``ARD_STEPS`` full-data steps, lengthscales started at √d): with them,
+    marginal likelihood (``fit_variance_gp``, ``steps`` full-data steps, lengthscales started at √d): with them,
     kernel ridge equals that GP's posterior mean."""
-    model, _ = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=ARD_STEPS, device=device,
+    model, _ = fit_variance_gp(X, y, kernel, warm_start=None, seed=seed, subsample_steps=steps, device=device,
                                ard=True, lengthscale=math.sqrt(np.shape(X)[1]))
     k = model.covar_module
     scales = k.base_kernel.lengthscale.detach().cpu().numpy().ravel()
@@ -92,7 +93,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. ``ard``: the candidates also
     include, for each kernel, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
-    ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``), times each of ``ARD_FACTORS``, with that GP's
+    ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``, ``ard_steps`` steps), times each of ``ARD_FACTORS``, with that GP's
     λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each scoring a GP fitted
     without its held-out rows: ``_score_ard``). When the best lengthscale is
     the grid's largest (smallest), the grid grows by a factor of 2 past that end, up to ``edge_steps`` times:
@@ -105,7 +106,8 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     factors are computed (float64 torch; "cuda" for the O(n³) steps at large n); fitted arrays are NumPy."""
 
     def __init__(self, kernels=KERNEL_NAMES, alphas=ALPHAS, length_scales=LENGTH_SCALE_FACTORS,
-                 edge_steps=EDGE_STEPS, cv=5, refit=True, loo=False, ard=False, seed=0, device="cpu"):
+                 edge_steps=EDGE_STEPS, cv=5, refit=True, loo=False, ard=False, ard_steps=ARD_STEPS, seed=0,
+                 device="cpu"):
         self.kernels = kernels
         self.alphas = alphas
         self.length_scales = length_scales
@@ -114,6 +116,7 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         self.refit = refit
         self.loo = loo
         self.ard = ard
+        self.ard_steps = ard_steps
         self.seed = seed
         self.device = device
 
@@ -165,12 +168,14 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
         in_sub[sub] = True
         grid = [float(a) for a in self.alphas]
         for kernel in self.kernels:
-            scales, alpha = ard_hyperparameters(X[rows[sub]], y[rows[sub]], kernel, self.seed, self.device)
+            scales, alpha = ard_hyperparameters(X[rows[sub]], y[rows[sub]], kernel, self.seed, self.device,
+                                                self.ard_steps)
             keys = [(tuple(float(v) for v in factor * scales), a) for factor in ARD_FACTORS for a in [*grid, alpha]]
             total = np.zeros(len(keys))
             for train, test in splits:
                 fit_rows = rows[train[in_sub[train]]]
-                fold_scales, fold_alpha = ard_hyperparameters(X[fit_rows], y[fit_rows], kernel, self.seed, self.device)
+                fold_scales, fold_alpha = ard_hyperparameters(X[fit_rows], y[fit_rows], kernel, self.seed, self.device,
+                                                              self.ard_steps)
                 total += np.concatenate([cv_mse(gram_tensor(kernel, factor * fold_scales, X[rows], device=self.device),
                                                 y[rows], [(train, test)], [*grid, fold_alpha])
                                          for factor in ARD_FACTORS])
@@ -274,12 +279,12 @@ def refit_kernel_ridge(model, X, y, loo: bool = False):
 
 
 def fit_kernel_ridge(X, y, n_neighbors: int | None = None, seed: int = 0, alphas=ALPHAS, device="cpu",
-                     loo: bool = False, ard: bool = False):
+                     loo: bool = False, ard: bool = False, ard_steps: int = ARD_STEPS):
     """Kernel ridge on all rows (``n_neighbors`` None: KernelRidgeCV, O(n³)) or KRRNN on ``n_neighbors`` with the
     hyper-parameters KernelRidgeCV chooses on its subsample (the scalable pipeline, Algorithm 6 line 2; KRRNN's
     small solves stay on the CPU); ``loo``: KernelRidgeCV keeps its leave-one-out residuals; ``ard``: its search
-    also has the ARD candidates."""
+    also has the ARD candidates (their GPs fitted in ``ard_steps`` steps)."""
     if n_neighbors is None:
-        return KernelRidgeCV(alphas=alphas, loo=loo, ard=ard, seed=seed, device=device).fit(X, y)
-    cv = KernelRidgeCV(alphas=alphas, refit=False, ard=ard, seed=seed, device=device).fit(X, y)
+        return KernelRidgeCV(alphas=alphas, loo=loo, ard=ard, ard_steps=ard_steps, seed=seed, device=device).fit(X, y)
+    cv = KernelRidgeCV(alphas=alphas, refit=False, ard=ard, ard_steps=ard_steps, seed=seed, device=device).fit(X, y)
     return KRRNNRegressor(cv.kernel_, cv.length_scale_, cv.alpha_, n_neighbors).fit(X, y)

@@ -46,12 +46,12 @@ def test_the_search_takes_the_ard_candidate_where_inputs_differ_in_relevance():
     assert rmse(ard) < 0.5 * rmse(plain)
 
 
-def test_two_stage_with_the_default_ard_mean_fits_and_round_trips(tmp_path, monkeypatch):
+def test_two_stage_with_the_default_ard_mean_fits_and_round_trips(tmp_path):
     # the wiring, round trip and tiny-data path, not the ARD GP's convergence (the marginal-likelihood λ test checks
     # that at 150 steps): 40 ARD steps keep the irrelevant inputs' lengthscales 6x the relevant one's and the
     # fits 3-4x faster
-    monkeypatch.setattr(ridge, "ARD_STEPS", 40)
-    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, verbose=False).fit(X[:80], y[:80])  # the default mean
+    model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, ard_steps=40, verbose=False).fit(X[:80], y[:80])
+    assert model.mean == "krr-ard"  # the default mean
     assert len(model.mean_model_.length_scale_) == 4
     mean, std = model.predict(Xt, return_std=True)
     assert np.sqrt(np.mean((mean - np.sin(2 * Xt[:, 0])) ** 2)) < 0.1 and np.all(std > 0)
@@ -59,7 +59,7 @@ def test_two_stage_with_the_default_ard_mean_fits_and_round_trips(tmp_path, monk
     for a, b in zip(loaded.predict(Xt, return_std=True), (mean, std)):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     for n in (3, 6):  # a handful of rows: folds of one or two rows still give every GP something to fit
-        assert np.all(np.isfinite(ng.TwoStageGPRegressor(verbose=False).fit(X[:n], y[:n]).predict(Xt[:5])))
+        assert np.all(np.isfinite(ng.TwoStageGPRegressor(ard_steps=40, verbose=False).fit(X[:n], y[:n]).predict(Xt[:5])))
     with pytest.raises(ValueError, match="krr-ard"):
         ng.TwoStageGPRegressor(mean="ard", verbose=False).fit(X, y)
 
