@@ -68,6 +68,12 @@ QUICK = dict(n_train=300, n_val=100, n_test=200, common={"max_iter": 10, "max_ep
                                                           "aks_repeats": 3, "ard_steps": 30})
 
 
+QUICK_NOTE = (f"**A smoke run (`--quick`)**: the first {QUICK['n_train']} training, {QUICK['n_val']} validation and "
+              f"{QUICK['n_test']} test rows of one split, every model capped at "
+              + ", ".join(f"{k} = {v}" for k, v in QUICK["common"].items())
+              + ". It shows that every row runs; its numbers say nothing about the models' quality.\n")
+
+
 def _load(name: str, seed: int, root, split):
     split = split(name, seed) if callable(split) else split
     base, _, n = name.partition("@")
@@ -254,7 +260,11 @@ def run_suite(suite: Suite, out, seeds=None, dataset_names=None, model_names=Non
             fh.writelines(json.dumps(r) + "\n" for r in lines)
     records = [r for r in read_records(results) if r["quick"] == quick]
     report, draw = suite.report
-    (out / "table.md").write_text(report(suite, records) + "\n")
+    table = report(suite, records)
+    if quick:  # after the title line
+        title, _, rest = table.partition("\n")
+        table = f"{title}\n\n{QUICK_NOTE}\n{rest}"
+    (out / "table.md").write_text(table + "\n")
     draw(suite, records, out / "metrics.png")
     return out
 

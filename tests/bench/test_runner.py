@@ -33,6 +33,7 @@ def test_quick_suite_records_resumes_and_tabulates(tmp_path):
     assert "| DBK | 1/1 |" in table and "0.0583 (0.0018)" in table  # the paper's DBK RMSE on pol beside ours
     assert (out / "metrics.png").stat().st_size > 5000
     assert "1800 s |" in table  # each row says where it ran and under which budget
+    assert table.splitlines()[2].startswith("**A smoke run (`--quick`)**") and "max_epochs = 2" in table
 
 
 def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
@@ -46,7 +47,9 @@ def test_report_only_rewrites_the_table_from_merged_records(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
     run_suite(SUITES["dbk-table1"], tmp_path, report_only=True, verbose=False)
     assert len(read_records(tmp_path / "results.jsonl")) == 1  # nothing ran
-    row = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| SVGP"))
+    table = (tmp_path / "table.md").read_text()
+    assert "smoke run" not in table  # only quick records carry the warning
+    row = next(line for line in table.splitlines() if line.startswith("| SVGP"))
     assert row.startswith("| SVGP † | 1/1 | **0.1000** |") and "| 40 |" in row and row.endswith("| cpu, 1 thread, 120 s | 0123456 |")
 
 
