@@ -140,3 +140,23 @@ def test_gpnn_leave_one_out_leaves_out_the_row_itself_not_a_copy():
     for i in (0, 2, 41):
         model._index(np.delete(Xc, i, 0), np.delete(yc, i))
         assert np.isclose(loo[i], model._predict_scaled(Xc[[i]])[0][0], atol=1e-10)
+
+
+@pytest.mark.parametrize("n, patience", [(100, 2000), (2560, 200), (1000, 500)])
+def test_svgp_patience_is_at_least_2000_steps_and_200_epochs(monkeypatch, n, patience):
+    # on a small set an epoch is one step: 200 epochs stopped SVGP at its start (uci/breastcancer: RMSE 1.07)
+    import neuralgp.models.baselines as baselines
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["patience"])
+        raise StopIteration
+    monkeypatch.setattr(baselines, "train", spy)
+    X = np.random.default_rng(0).standard_normal((n, 2))
+    with pytest.raises(StopIteration):
+        SVGPRegressor(batch_size=256, verbose=False).fit(X, X[:, 0])
+    assert seen == [patience]
+    seen.clear()
+    with pytest.raises(StopIteration):
+        SVGPRegressor(batch_size=256, patience=7, verbose=False).fit(X, X[:, 0])
+    assert seen == [7]
