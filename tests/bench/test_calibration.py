@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from neuralgp.bench.calibration import calibrated, coverage_band, nll_at_most_baselines, nll_by_split, pooled
+from neuralgp.bench.calibration import (beats_mean_predictor, calibrated, coverage_band, nll_at_most_baselines,
+                                        nll_by_split, pooled)
 from neuralgp.bench.runner import read_records, run_suite
 from neuralgp.bench.suites import SUITES
 from neuralgp.bench.suites.calibration import DATASETS, splits_of
@@ -49,6 +50,19 @@ def test_nll_is_compared_with_each_baseline_on_the_splits_both_ran():
     assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["other"]) is None
     records[-2] = _nll("base", "1", -0.5)  # 0.5 against 0.2
     assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["base", "other"]) is False
+
+
+def test_beating_the_mean_predictor_is_judged_where_the_set_has_signal_on_the_rows_own_splits():
+    # "ours" ran splits 0-2 with RMSE 0.8 / 0.7 / 1.0; the baseline split 0 alone at 1.0, where nobody reaches 0.9
+    def rec(model, split, rmse):
+        return {**_nll(model, split, 0.0), "rmse": rmse}
+    records = [rec("ours", "0", 1.0), rec("ours", "1", 0.7), rec("ours", "2", 0.8), rec("base", "0", 1.0)]
+    rmses = nll_by_split(records, "rmse")
+    assert beats_mean_predictor(rmses, "s", "ours") is True  # 0.83 < 0.9: signal on its own splits, and beaten
+    assert beats_mean_predictor(rmses, "s", "base") is None  # split 0: no model below 0.9 there
+    records.append(rec("other", "0", 0.85))  # now split 0 shows signal, and the baseline does not beat the mean
+    assert beats_mean_predictor(nll_by_split(records, "rmse"), "s", "base") is False
+    assert beats_mean_predictor(nll_by_split(records, "rmse"), "s", "missing") is None
 
 
 def test_the_suite_covers_every_shared_set_with_more_splits_for_small_ones():
