@@ -54,8 +54,8 @@ def calibrated(p: dict) -> bool:
     return lo <= p["coverage_95"] <= hi and Z2_BAND[0] <= p["mean_z2"] <= Z2_BAND[1]
 
 
-def nll_by_split(records: list[dict], key: str = "nll") -> dict:
-    """{(set, model): {split: NLL}} (or another metric, ``key``) of the runs that finished."""
+def metric_by_split(records: list[dict], key: str = "nll") -> dict:
+    """{(set, model): {split: the metric ``key``}} of the runs that finished."""
     out = {}
     for r in finished(records):
         out.setdefault((r["dataset"], r["model"]), {})[r["split"]] = r[key]
@@ -65,7 +65,7 @@ def nll_by_split(records: list[dict], key: str = "nll") -> dict:
 def beats_mean_predictor(rmses: dict, dataset: str, model: str) -> bool | None:
     """Whether ``model`` beats the mean predictor on ``dataset`` (mean RMSE over its splits < MEAN_PREDICTOR_RMSE)
     where the set has learnable signal on those splits: some model that ran all of them reaches a mean RMSE below
-    SIGNAL_RMSE over them (``rmses`` from ``nll_by_split(records, "rmse")``). None without signal there. Judged
+    SIGNAL_RMSE over them (``rmses`` from ``metric_by_split(records, "rmse")``). None without signal there. Judged
     like for like: a row run on split 0 alone is not held to a signal that only other splits show."""
     mine = rmses.get((dataset, model), {})
     if not mine:
@@ -78,7 +78,7 @@ def beats_mean_predictor(rmses: dict, dataset: str, model: str) -> bool | None:
 
 def nll_at_most_baselines(nlls: dict, dataset: str, model: str, baselines) -> bool | None:
     """Whether ``model``'s NLL on ``dataset`` is at most every baseline's, each compared like for like: the mean
-    NLL over the splits both ran (``nlls`` from ``nll_by_split``). None when no baseline shares a split with it."""
+    NLL over the splits both ran (``nlls`` from ``metric_by_split``). None when no baseline shares a split with it."""
     mine = nlls.get((dataset, model), {})
     verdicts = []
     for b in baselines:
@@ -104,7 +104,7 @@ def calibration_table(suite, records: list[dict]) -> str:
     ran = {d: [cells[d, m] for m in models if cells[d, m]] for d in sets}
     n_test = {d: max((p["n_test"] for p in ran[d]), default=0) for d in sets}
     counted = [d for d in sets if n_test[d] >= MIN_POOLED_TEST]
-    nlls, rmses = nll_by_split(records), nll_by_split(records, "rmse")
+    nlls, rmses = metric_by_split(records), metric_by_split(records, "rmse")
     lines = [f"# {suite.name}: are the defaults honest about their uncertainty?", "", suite.note, "",
              f"Calibrated (✓) = pooled 95 % coverage in [{COVERAGE_BAND[0]}, {COVERAGE_BAND[1]}] or within 2.6 "
              f"binomial standard errors of 0.95 for the pooled test size (whichever is wider), and pooled mean z² "

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from neuralgp.bench.calibration import (beats_mean_predictor, calibrated, coverage_band, nll_at_most_baselines,
-                                        nll_by_split, pooled)
+                                        metric_by_split, pooled)
 from neuralgp.bench.runner import read_records, run_suite
 from neuralgp.bench.suites import SUITES
 from neuralgp.bench.suites.calibration import DATASETS, splits_of
@@ -41,15 +41,15 @@ def test_nll_is_compared_with_each_baseline_on_the_splits_both_ran():
     # ours: 1.0 on a hard split 0, 0.0 on split 1; the baseline ran split 0 only, at 0.9. Each row's mean over its
     # own splits (0.5 against 0.9) would say ours is better; on the split both ran it is worse
     records = [_nll("ours", "0", 1.0), _nll("ours", "1", 0.0), _nll("base", "0", 0.9), {"status": "failed"}]
-    nlls = nll_by_split(records)
+    nlls = metric_by_split(records)
     assert nlls[("s", "ours")] == {"0": 1.0, "1": 0.0}
     assert nll_at_most_baselines(nlls, "s", "ours", ["base"]) is False
     records.append(_nll("base", "1", 0.5))  # both splits: 0.5 against 0.7; a second baseline shares no split
     records.append(_nll("other", "7", -9.0))
-    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["base", "other"]) is True
-    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["other"]) is None
+    assert nll_at_most_baselines(metric_by_split(records), "s", "ours", ["base", "other"]) is True
+    assert nll_at_most_baselines(metric_by_split(records), "s", "ours", ["other"]) is None
     records[-2] = _nll("base", "1", -0.5)  # 0.5 against 0.2
-    assert nll_at_most_baselines(nll_by_split(records), "s", "ours", ["base", "other"]) is False
+    assert nll_at_most_baselines(metric_by_split(records), "s", "ours", ["base", "other"]) is False
 
 
 def test_beating_the_mean_predictor_is_judged_where_the_set_has_signal_on_the_rows_own_splits():
@@ -57,12 +57,12 @@ def test_beating_the_mean_predictor_is_judged_where_the_set_has_signal_on_the_ro
     def rec(model, split, rmse):
         return {**_nll(model, split, 0.0), "rmse": rmse}
     records = [rec("ours", "0", 1.0), rec("ours", "1", 0.7), rec("ours", "2", 0.8), rec("base", "0", 1.0)]
-    rmses = nll_by_split(records, "rmse")
+    rmses = metric_by_split(records, "rmse")
     assert beats_mean_predictor(rmses, "s", "ours") is True  # 0.83 < 0.9: signal on its own splits, and beaten
     assert beats_mean_predictor(rmses, "s", "base") is None  # split 0: no model below 0.9 there
     records.append(rec("other", "0", 0.85))  # now split 0 shows signal, and the baseline does not beat the mean
-    assert beats_mean_predictor(nll_by_split(records, "rmse"), "s", "base") is False
-    assert beats_mean_predictor(nll_by_split(records, "rmse"), "s", "missing") is None
+    assert beats_mean_predictor(metric_by_split(records, "rmse"), "s", "base") is False
+    assert beats_mean_predictor(metric_by_split(records, "rmse"), "s", "missing") is None
 
 
 def test_the_suite_covers_every_shared_set_with_more_splits_for_small_ones():
