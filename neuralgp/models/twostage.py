@@ -62,8 +62,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
     (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``ard_steps`` = the
-    marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time); ``warm_start`` = m rows
-    for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more than 400 rows, else
+    marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time);
+    ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more than 400 rows, else
     none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
     "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the mean, the noise shape) compute
     ("cuda" for their O(n³) Cholesky and eigendecomposition steps at large n), and GPnn or SVGP (their own
