@@ -220,8 +220,8 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
 
 # SciPy's steps (the Lyapunov and Riccati solves, L-BFGS) run with one BLAS thread: OpenBLAS's threads spin for a
 # while after each call and starve the PyTorch (OpenMP) threads of the steps between them. uci/concrete, 2 cores,
-# 2 PyTorch threads: a 300-row fit took 48.5 s with both pools at 2 threads, 12.9 s with BLAS at 1 (PyTorch at 1: 23.8 s);
-# 800 rows, 3 sweeps: 41.8 s → 33.6 s (docs/methods/dkm.md, "Threads")
+# 2 PyTorch threads: a 300-row fit took 48.5 s with both pools at 2 threads, 12.9 s with BLAS at 1 (PyTorch at 1:
+# 23.8 s); 800 rows, 3 sweeps: 41.8 s → 33.6 s (docs/methods/dkm.md, "Threads")
 @threadpool_limits.wrap(limits=1, user_api="blas")
 def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: float = 5.0, beta: float = 1.0,
             learn_hyper: bool = True, lr: float = 0.01, theta=None, progress=None, hyper_lr: float | None = None,

@@ -63,8 +63,8 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
     (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``ard_steps`` = the
     marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time);
-    ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more than 400 rows, else
-    none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
+    ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more
+    than 400 rows, else none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
     "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the mean, the noise shape) compute
     ("cuda" for their O(n³) Cholesky and eigendecomposition steps at large n), and GPnn or SVGP (their own
     ``device``); the kernel search's 500-row fits and KRRNN's small solves stay on the CPU);
@@ -94,13 +94,15 @@ class TwoStageGPRegressor(NeuralGPRegressor):
                    "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
                    "n_neighbors": POSITIVE_INT,
                    "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
-                   "aks_repeats": POSITIVE_INT, "ard_steps": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE), "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   "aks_repeats": POSITIVE_INT, "ard_steps": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE),
+                   "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
                    "predictive": PREDICTIVE, "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
     def __init__(self, mean="krr-ard", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
-                 n_neighbors=50, aks_repeats=20, ard_steps=ARD_STEPS, max_memory_gb=None, normalize_y=True, input_scaling="standard",
+                 n_neighbors=50, aks_repeats=20, ard_steps=ARD_STEPS, max_memory_gb=None, normalize_y=True,
+                 input_scaling="standard",
                  recalibrate=True, noise="auto", predictive="student_t", seed=0, device="cpu", verbose=True):
         self.mean = mean
         self.variance = variance

@@ -93,8 +93,8 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     """Kernel ridge with its regulariser λ (``alphas``), kernel (``kernels``) and lengthscale (``length_scales``,
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. ``ard``: the candidates also
     include, for each kernel, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
-    ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``, ``ard_steps`` steps), times each of ``ARD_FACTORS``, with that GP's
-    λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each scoring a GP fitted
+    ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``, ``ard_steps`` steps), times each of ``ARD_FACTORS``,
+    with that GP's λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each scoring a GP fitted
     without its held-out rows: ``_score_ard``). When the best lengthscale is
     the grid's largest (smallest), the grid grows by a factor of 2 past that end, up to ``edge_steps`` times:
     nearly linear data (uci/concreteslump, machine, pendulum) want 8–16 × the median distance, and a grid that
