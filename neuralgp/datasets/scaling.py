@@ -34,12 +34,18 @@ class Scaler:
             shift = distributed.total(torch.from_numpy(a.sum(0))).numpy() / n
             scale = np.sqrt(distributed.total(torch.from_numpy(((a - shift) ** 2).sum(0))).numpy() / n)
         elif self.kind == "standard":
-            shift, scale = a.mean(0), a.std(0)
+            n, shift, scale = len(a), a.mean(0), a.std(0)
         else:
             shift, scale = np.zeros(a.shape[1:]), np.ones(a.shape[1:])
-        # constant columns: leave them centred at 0 instead of dividing by zero
+        scale = np.asarray(scale, dtype=np.float64)
+        constant = scale <= 0
+        if self.kind == "standard":  # a constant column's std is round-off, not 0: within the two-pass
+            # variance's error bound (Chan, Golub & LeVeque; scikit-learn's StandardScaler uses the same)
+            eps = np.finfo(np.float64).eps
+            constant |= scale ** 2 <= n * eps * scale ** 2 + (n * np.asarray(shift) * eps) ** 2
+        # constant columns: leave them centred at 0 instead of dividing by zero (or by round-off)
         self.shift_ = np.asarray(shift, dtype=np.float64)
-        self.scale_ = np.where(np.asarray(scale) > 0, scale, 1.0).astype(np.float64)
+        self.scale_ = np.where(constant, 1.0, scale)
         return self
 
     def transform(self, a):
