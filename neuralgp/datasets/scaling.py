@@ -37,15 +37,14 @@ class Scaler:
             n, shift, scale = len(a), a.mean(0), a.std(0)
         else:
             shift, scale = np.zeros(a.shape[1:]), np.ones(a.shape[1:])
-        scale = np.asarray(scale, dtype=np.float64)
+        shift, scale = np.asarray(shift, dtype=np.float64), np.asarray(scale, dtype=np.float64)
         constant = scale <= 0
         if self.kind == "standard":  # a constant column's std is round-off, not 0: within the two-pass
             # variance's error bound (Chan, Golub & LeVeque; scikit-learn's StandardScaler uses the same)
             eps = np.finfo(np.float64).eps
-            constant |= scale ** 2 <= n * eps * scale ** 2 + (n * np.asarray(shift) * eps) ** 2
+            constant |= scale ** 2 <= n * eps * scale ** 2 + (n * shift * eps) ** 2
         # constant columns: leave them centred at 0 instead of dividing by zero (or by round-off)
-        self.shift_ = np.asarray(shift, dtype=np.float64)
-        self.scale_ = np.where(constant, 1.0, scale)
+        self.shift_, self.scale_ = shift, np.where(constant, 1.0, scale)
         return self
 
     def transform(self, a):
