@@ -64,10 +64,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``ard_steps`` = the
     marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time);
     ``warm_start`` = m rows for the exact variance GP's first phase ("auto": 200 — the paper's — when there are more
-    than 400 rows, else none; None or False — scikit-learn's "no warm start" — for full training); ``residuals`` = "cross_fit" or
-    "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the mean, the noise shape) compute
-    ("cuda" for their O(n³) Cholesky and eigendecomposition steps at large n), and GPnn or SVGP (their own
-    ``device``); the kernel search's 500-row fits and KRRNN's small solves stay on the CPU);
+    than 400 rows, else none; None or False — scikit-learn's "no warm start" — for full training);
+    ``residuals`` = "cross_fit" or "in_sample"; ``device`` = where the exact variance GP and kernel ridge (the
+    mean, the noise shape) compute ("cuda" for their O(n³) Cholesky and eigendecomposition steps at large n), and
+    GPnn or SVGP (their own ``device``); the kernel search's 500-row fits and KRRNN's small solves stay on the CPU);
     ``recalibrate`` = scale the variances by α from the training rows' leave-one-out z-scores (``_leave_one_out``;
     with the noise shape, the held-out folds' z-scores of ``_held_out_shape``; the paper has no such step: False
     gives its algorithms);

@@ -94,9 +94,9 @@ class KernelRidgeCV(RegressorMixin, BaseEstimator):
     times the median pairwise distance) chosen by ``cv``-fold cross-validated MSE. ``ard``: the candidates also
     include, for each kernel, one lengthscale per input — those of the GP fitted by marginal likelihood to at most
     ``ARD_MAX_ROWS`` of the CV rows (``ard_hyperparameters``, ``ard_steps`` steps), times each of ``ARD_FACTORS``,
-    with that GP's λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each scoring a GP fitted
-    without its held-out rows: ``_score_ard``). When the best lengthscale is
-    the grid's largest (smallest), the grid grows by a factor of 2 past that end, up to ``edge_steps`` times:
+    with that GP's λ = σ²/σ_f² beside the grid's (``length_scale_`` is then a tuple; the same folds choose, each
+    scoring a GP fitted without its held-out rows: ``_score_ard``). When the best lengthscale is the grid's largest
+    (smallest), the grid grows by a factor of 2 past that end, up to ``edge_steps`` times:
     nearly linear data (uci/concreteslump, machine, pendulum) want 8–16 × the median distance, and a grid that
     stops at 2 × left their mean model's test RMSE 16–91 % higher (split 0; docs/methods/twostage.md). Fitted:
     ``kernel_``, ``alpha_``, ``length_scale_``, ``cv_mse_`` {(kernel, length_scale, alpha): MSE}, and with
