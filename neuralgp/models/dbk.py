@@ -29,7 +29,9 @@ class DBKRegressor(WeightSpaceRegressor):
     """Deep basis kernel GP regressor with exact (``inference="exact"``) or SVI (``"svi"``, SVDBK) inference.
 
     Ablations of the paper: ``variance_correction=False`` (-c), ``rank=1`` (-r), both (-cr). ``compile=True``: SVI's
-    mini-batch step through torch.compile (``train.compiled``); the exact path is not compiled.
+    mini-batch step through torch.compile (``train.compiled``); the exact path is not compiled. The predictive of y
+    is a Student-t of the recalibrated mean and variance, its degrees of freedom fitted to the held-out z-scores
+    (``predictive="student_t"``, the default since 2026-11-29; ``"gaussian"`` for the paper's N).
     """
 
     name = "DBK"
@@ -51,7 +53,7 @@ class DBKRegressor(WeightSpaceRegressor):
                  weight_decay=1e-4, batch_size=256, max_iter=10000, max_epochs=2000, eval_every=None,
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
-                 input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="gaussian", seed=0,
+                 input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="student_t", seed=0,
                  device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone

@@ -75,8 +75,9 @@ def test_quick_calibration_run_has_both_fitting_modes_table_and_plot(tmp_path):
     rows = ["DBK", "DBK (plain fit)", "sklearn GP", "SVGP"]
     out = run_suite(SUITES["calibration"], tmp_path, dataset_names=["uci/yacht", "gal/yacht"], model_names=rows,
                     quick=True, verbose=False)
-    records = read_records(out / "results.jsonl")
-    assert len(records) == 8 and {r["split"] for r in records} == {"mask:0", "gal:0"}
+    records = read_records(out / "results.jsonl")  # and the DBK rows' Gaussian twins, from the same fits
+    assert len(records) == 12 and {r["split"] for r in records} == {"mask:0", "gal:0"}
+    assert {r["model"] for r in records} == {*rows, "DBK (Gaussian)", "DBK (plain fit; Gaussian)"}
     for r in records:
         assert r["status"] == "ok" and len(r["coverage_levels"]) == 10 and 0 < r["mean_z2"] < 100
     plain = [r for r in records if r["model"] == "DBK (plain fit)"][0]

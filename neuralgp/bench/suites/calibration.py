@@ -41,19 +41,19 @@ def split_of(dataset: str, seed: int) -> str:
 
 OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
         "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp"),
-        # the default before 2026-11-28 (the Student-t predictive since: docs/methods/dbk.md)
+        # DBK's and SVDBK's default before 2026-11-29 (the Student-t predictive since: docs/methods/dbk.md), scored on
+        # the same fits as the four rows above (``Suite.gaussian_twins``)
+        "DBK (Gaussian)": factory("dbk", predictive="gaussian"),
+        "DBK (plain fit; Gaussian)": factory("dbk", predictive="gaussian"),
+        "SVDBK (Gaussian)": factory("svdbk", predictive="gaussian"),
+        "SVDBK (plain fit; Gaussian)": factory("svdbk", predictive="gaussian"),
+        # FM-GP's default before 2026-11-28
         "FM-GP (Gaussian)": factory("fmgp", predictive="gaussian"),
         "FM-GP (plain fit; Gaussian)": factory("fmgp", predictive="gaussian"),
         "DAK": factory("dak"), "DAK (plain fit)": factory("dak"),
-        # the default before 2026-11-29, scored on the same fits as the two rows above (``Suite.gaussian_twins``)
+        # DAK's default before 2026-11-29
         "DAK (Gaussian)": factory("dak", predictive="gaussian"),
         "DAK (plain fit; Gaussian)": factory("dak", predictive="gaussian"),
-        # DBK with the Student-t predictive; its Gaussian twins are the rows 'DBK' and 'DBK (plain fit)'
-        "DBK (Student-t)": factory("dbk", predictive="student_t"),
-        "DBK (plain fit; Student-t)": factory("dbk", predictive="student_t"),
-        # the same for SVDBK (one class with DBK: a predictive switched for one is switched for both)
-        "SVDBK (Student-t)": factory("svdbk", predictive="student_t"),
-        "SVDBK (plain fit; Student-t)": factory("svdbk", predictive="student_t"),
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27, mean="krr", one step each
         "Two-stage (KRR mean)": factory("twostage", mean="krr"),
@@ -75,7 +75,7 @@ SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
           merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
                                       "FM-GP (plain fit; Gaussian)", "DAK (plain fit; Gaussian)",
-                                      "DBK (plain fit; Student-t)", "SVDBK (plain fit; Student-t)",
+                                      "DBK (plain fit; Gaussian)", "SVDBK (plain fit; Gaussian)",
                                       "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
                                       "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
                                       "Two-stage NN",
@@ -89,8 +89,8 @@ SUITES = [
           groups=[list(OURS), list(BASELINES)],
           gaussian_twins={"FM-GP": "FM-GP (Gaussian)", "FM-GP (plain fit)": "FM-GP (plain fit; Gaussian)",
                           "DAK": "DAK (Gaussian)", "DAK (plain fit)": "DAK (plain fit; Gaussian)",
-                          "DBK (Student-t)": "DBK", "DBK (plain fit; Student-t)": "DBK (plain fit)",
-                          "SVDBK (Student-t)": "SVDBK", "SVDBK (plain fit; Student-t)": "SVDBK (plain fit)"},
+                          "DBK": "DBK (Gaussian)", "DBK (plain fit)": "DBK (plain fit; Gaussian)",
+                          "SVDBK": "SVDBK (Gaussian)", "SVDBK (plain fit)": "SVDBK (plain fit; Gaussian)"},
           note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
                "on the training and validation parts together; the others use the validation part (early stopping, "
                "recalibration). Every model at its library defaults."),

@@ -279,7 +279,7 @@ SUITES = [
              "§5.2.3), 'NLL' the correct one (eq. 50, data units). Paper rows use its settings (lr 1e-3, 100 "
              "epochs, batch 512, noise from 0.01); 'DAK-CF (defaults)' our defaults with the paper's Gaussian "
              "predictive (DAK's default is a Student-t since 2026-11-29), DBK, SVDBK and FM-GP our defaults "
-             "(Gaussian in these records); 'NN (1000 "
+             "(Gaussian in these records: the t is their default since 2026-11-28/29); 'NN (1000 "
              "epochs)' is the network at DAK's default lr 3e-3 for 1000 epochs (no early stopping); 'DAK-CF (≤ 3000 "
              "epochs)' the defaults with max_epochs 3000 (early stopping as the defaults); '(compiled)' rows are the "
              "paper rows with compile=True (torch.compile of the loss and Adam; the build counts in their time). "

@@ -72,7 +72,8 @@ ABLATION_MODELS = {
 NOTE = ("Protocol of the FM-GP paper: 1000 test and 1000 recalibration points, the rest train; every model's "
         "variances are recalibrated on the recalibration points (Algorithm 1). MSE on targets standardised by "
         "the training mean/std. Our data differ from the paper's: parkinsons keeps test_time and lacks "
-        "motor_UPDRS; bike keeps the `casual` and `registered` columns that sum to the target.")
+        "motor_UPDRS; bike keeps the `casual` and `registered` columns that sum to the target. FM-GP's and DBK's "
+        "records are of their Gaussian predictive (their defaults before 2026-11-28 and -29).")
 SUITES = [
     Suite(
         "fmgp-regression", REGRESSION_MODELS,

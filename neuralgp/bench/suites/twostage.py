@@ -254,7 +254,8 @@ SUITES = [
                "trains on it). Metrics on standardised targets; HC/LC-RMSE: RMSE on the 10 % of test points "
                "with the smallest / largest predictive std (q = 0.1). The paper's Figure 4 has no numbers and "
                "its Poletele, Ctslice, Road3D, Song and HouseE are not in our data (parkinsons is Poletele's "
-               "source with other columns). Every model at its defaults; GPnn with 50 neighbours (Table 7).",
+               "source with other columns). Every model at its defaults; GPnn with 50 neighbours (Table 7). DBK's "
+               "and FM-GP's records are of their Gaussian predictive (their defaults before 2026-11-29 and -28).",
           columns=[("hc_rmse", "HC-RMSE", None), ("lc_rmse", "LC-RMSE", None), ("rmse", "RMSE", None),
                    ("nll", "NLL", None), ("coverage_95", "95 % cov.", None), ("train_seconds", "train s", None)]),
 ]
