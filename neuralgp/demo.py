@@ -34,7 +34,7 @@ def run_demo(out_dir="demo_output", n: int = 1000, max_iter: int = 3000, seed: i
         model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
         seconds = time.perf_counter() - t0
         mean, std = model.predict(ds.X_test, return_std=True)
-        report = regression_report(ds.y_test, mean, std)
+        report = regression_report(ds.y_test, mean, std, model.predictive_df)  # the t where fitted
         rows.append({"model": label, "rmse": report["rmse"], "nll": report["nll"],
                      "coverage_95": report["coverage_95"],
                      "rmse_vs_true_f": rmse(datasets.step1d_function(ds.X_test[:, 0]), mean),
