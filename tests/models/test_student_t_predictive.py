@@ -22,8 +22,8 @@ def toy(n, seed=0, noise="t"):
 def test_nu_is_fitted_after_alpha_on_the_validation_z_scores():
     X, y = toy(300)
     X_val, y_val = toy(150, seed=1)
-    gauss = DBKRegressor(**DBK).fit(X, y, X_val, y_val)
-    t = DBKRegressor(**DBK, predictive="student_t").fit(X, y, X_val, y_val)
+    gauss = DBKRegressor(**DBK, predictive="gaussian").fit(X, y, X_val, y_val)
+    t = DBKRegressor(**DBK).fit(X, y, X_val, y_val)  # the default
     assert gauss.predictive_df is None and t.recalibrated_by_ == "validation"
     # the same fit: the shape does not touch the mean or the variance
     np.testing.assert_allclose(t.predict(X_val), gauss.predict(X_val))
