@@ -39,21 +39,18 @@ def split_of(dataset: str, seed: int) -> str:
     return f"mask:{seed}" if dataset.startswith("uci/") else f"gal:{seed}"
 
 
-OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": factory("svdbk"),
-        "SVDBK (plain fit)": factory("svdbk"), "FM-GP": factory("fmgp"), "FM-GP (plain fit)": factory("fmgp"),
-        # DBK's and SVDBK's default before 2026-11-29 (the Student-t predictive since: docs/methods/dbk.md), scored on
-        # the same fits as the four rows above (``Suite.gaussian_twins``)
-        "DBK (Gaussian)": factory("dbk", predictive="gaussian"),
-        "DBK (plain fit; Gaussian)": factory("dbk", predictive="gaussian"),
-        "SVDBK (Gaussian)": factory("svdbk", predictive="gaussian"),
-        "SVDBK (plain fit; Gaussian)": factory("svdbk", predictive="gaussian"),
-        # FM-GP's default before 2026-11-28
-        "FM-GP (Gaussian)": factory("fmgp", predictive="gaussian"),
-        "FM-GP (plain fit; Gaussian)": factory("fmgp", predictive="gaussian"),
-        "DAK": factory("dak"), "DAK (plain fit)": factory("dak"),
-        # DAK's default before 2026-11-29
-        "DAK (Gaussian)": factory("dak", predictive="gaussian"),
-        "DAK (plain fit; Gaussian)": factory("dak", predictive="gaussian"),
+def _both_fits(label: str, name: str) -> dict:
+    """A default with the Student-t predictive fitted both ways — with the validation part (``label``) and by plain
+    ``fit(X, y)`` (``label (plain fit)``) — and the Gaussian twin of each, the default before the t: the same fits
+    scored under the Gaussian of the same mean and variance (``TWINS``, ``Suite.gaussian_twins``)."""
+    return {label: factory(name), f"{label} (plain fit)": factory(name),
+            f"{label} (Gaussian)": factory(name, predictive="gaussian"),
+            f"{label} (plain fit; Gaussian)": factory(name, predictive="gaussian")}
+
+
+# the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
+WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
+OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27, mean="krr", one step each
         "Two-stage (KRR mean)": factory("twostage", mean="krr"),
@@ -68,29 +65,22 @@ OURS = {"DBK": factory("dbk"), "DBK (plain fit)": factory("dbk"), "SVDBK": facto
         "DKM (plain fit)": factory("dkm"),
         "DKM (plain fit; refit)": factory("dkm", refit=True),
         "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100))}  # the width study's pick: docs/methods/dkm.md
+TWINS = {**{label: f"{label} (Gaussian)" for label in WITH_TWINS},
+         **{f"{label} (plain fit)": f"{label} (plain fit; Gaussian)" for label in WITH_TWINS}}
+PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
 BASELINES = {"GP": factory("gp"), "SGPR": factory("sgpr"), "SVGP": factory("svgp"), "DKL": factory("dkl"),
              "sDKL": factory("sdkl"), "SVDKL": factory("svdkl"), "sklearn GP": factory("sklearn-gp")}
 
 SUITES = [
     Suite("calibration", {**OURS, **BASELINES}, DATASETS, CALIBRATION, seeds=splits_of, split=split_of,
-          merge_validation=frozenset({"DBK (plain fit)", "SVDBK (plain fit)", "FM-GP (plain fit)", "DAK (plain fit)",
-                                      "FM-GP (plain fit; Gaussian)", "DAK (plain fit; Gaussian)",
-                                      "DBK (plain fit; Gaussian)", "SVDBK (plain fit; Gaussian)",
-                                      "Two-stage", "Two-stage (KRR mean)", "Two-stage (homoscedastic)",
-                                      "Two-stage (no recalibration)", "Two-stage (RBF variance)", "Two-stage (Gaussian)",
-                                      "Two-stage NN",
-                                      "DKM (plain fit)", "DKM (plain fit; refit)", "DKM (plain fit; widths 100)",
-                                      "sklearn GP"}),
+          merge_validation=frozenset({*PLAIN_FIT, "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           # a smoke run of each default in both fitting modes (DKM and two-stage: one mode each, their fits take
           # 8-14 s even capped) and the baselines, 87 s on 2 cores; the variant rows only when named (--models)
           quick_models=["DBK", "DBK (plain fit)", "SVDBK", "SVDBK (plain fit)", "FM-GP", "FM-GP (plain fit)", "DAK",
                         "DAK (plain fit)", "Two-stage", "DKM", *BASELINES],
           groups=[list(OURS), list(BASELINES)],
-          gaussian_twins={"FM-GP": "FM-GP (Gaussian)", "FM-GP (plain fit)": "FM-GP (plain fit; Gaussian)",
-                          "DAK": "DAK (Gaussian)", "DAK (plain fit)": "DAK (plain fit; Gaussian)",
-                          "DBK": "DBK (Gaussian)", "DBK (plain fit)": "DBK (plain fit; Gaussian)",
-                          "SVDBK": "SVDBK (Gaussian)", "SVDBK (plain fit)": "SVDBK (plain fit; Gaussian)"},
+          gaussian_twins=TWINS,
           note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
                "on the training and validation parts together; the others use the validation part (early stopping, "
                "recalibration). Every model at its library defaults."),
