@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the runner imports this module
+    from neuralgp.bench.runner import Suite
 
 
 def pyplot():

@@ -4,7 +4,6 @@ mean, and the search uses them where inputs differ in relevance."""
 
 import numpy as np
 import pytest
-import torch
 from sklearn.gaussian_process.kernels import RBF, Matern
 
 import neuralgp as ng
