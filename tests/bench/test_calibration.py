@@ -85,3 +85,15 @@ def test_quick_calibration_run_has_both_fitting_modes_table_and_plot(tmp_path):
     table = (out / "table.md").read_text()
     assert "## Summary" in table and "| DBK (plain fit) |" in table and "## 95 % coverage" in table
     assert (out / "metrics.png").stat().st_size > 5000
+
+
+def test_each_default_has_a_gaussian_twin_on_the_same_fitting_mode():
+    """A twin row is scored on its t row's fit (``Suite.gaussian_twins``): it must build the same model but for the
+    predictive, and be fitted the same way (validation part or plain fit)."""
+    suite = SUITES["calibration"]
+    assert {"DBK", "DBK (plain fit)", "SVDBK", "FM-GP", "DAK (plain fit)"} <= suite.gaussian_twins.keys()
+    for row, twin in suite.gaussian_twins.items():
+        t_model, g_model = suite.models[row]({}, 100), suite.models[twin]({}, 100)
+        assert t_model.predictive == "student_t" and g_model.predictive == "gaussian"
+        assert {**t_model.get_params(), "predictive": None} == {**g_model.get_params(), "predictive": None}
+        assert (row in suite.merge_validation) == (twin in suite.merge_validation) == ("plain fit" in row)
