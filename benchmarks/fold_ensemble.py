@@ -16,8 +16,16 @@ and each fit is scored on the test part six ways, paired:
   E(y − μ̄)² = mean_m α v_m − spread; floored at mean_m α v_m / M (members' errors correlated, ρ ≥ 0).
 The mixtures' NLL is the mixture's own; their coverage and mean z² are those of their matched t.
 
+``run-bag`` tries the next design, an ensemble with an α of its own: ``BAG_PAIRS`` pairs of members, each pair
+trained (for the steps early stopping kept, seeds differing) on the two halves of a random split of all the rows, so
+that every row is out of bag for exactly half the members. α and ν are fitted, as ``fit`` does, to the z-scores of
+those out-of-bag half-ensembles (one t of their mean and variance, as ``matched``); the test part is predicted by the
+t of all the members' mean and variance with that α and ν (way ``bagged``, beside ``single``: the fitted model).
+
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/fold_ensemble.py run OUT.jsonl DATASET:SPLIT...
+    NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/fold_ensemble.py run-bag OUT.jsonl DATASET:SPLIT...
     python benchmarks/fold_ensemble.py report OUT.jsonl...   (a TSV of the fits, then the paired mean changes)
+    python benchmarks/fold_ensemble.py report-bag OUT.jsonl...   (the same for run-bag's records)
 """
 
 from __future__ import annotations
@@ -36,9 +44,11 @@ from neuralgp.bench.evaluate import _scores
 from neuralgp.bench.suites.calibration import split_of
 from neuralgp.datasets import load
 from neuralgp.metrics import _t_scale
+from neuralgp.models.base import recalibration_scale, student_t_df, z2_moments
 from neuralgp.registry import build
 
 METRICS = ("rmse", "nll", "coverage_95", "mean_z2")
+BAG_PAIRS = 4
 WAYS = ("single", "mixture", "matched", "matched_alpha", "folds", "averaged")
 
 
@@ -100,6 +110,73 @@ def run(out: str, jobs: list[str]):
             f.write(json.dumps(record) + "\n")
 
 
+def matched(means, variances):
+    """(mean, variance) of the equal mixture of members (axis 0): one t's moments."""
+    return means.mean(0), variances.mean(0) + means.var(0)
+
+
+def run_bag(out: str, jobs: list[str]):
+    for job in jobs:
+        dataset, split = job.rsplit(":", 1)
+        ds = load(dataset, split=split_of(dataset, int(split)), seed=int(split))
+        model = build("dbk", verbose=False, max_time=60, seed=int(split))
+        t0 = time.perf_counter()
+        model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+        record = {"dataset": dataset, "split": int(split), "fit_seconds": time.perf_counter() - t0,
+                  "rule": getattr(model, "recalibrated_by_", None)}
+        mean, std = model.predict(ds.X_test, return_std=True)
+        record["single"] = {k: _scores(ds, mean, std, model.predictive_df)[k] for k in METRICS}
+        template = model._fixed_budget_clone()
+        if template is not None and record["rule"] == "cross_fit":
+            X, y = np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])
+            rng, n = np.random.default_rng(int(split)), len(y)
+            oob_mean, oob_var = np.empty((BAG_PAIRS, n)), np.empty((BAG_PAIRS, n))  # each pair leaves a row out once
+            test_mean, test_var = [], []
+            t0 = time.perf_counter()
+            for pair in range(BAG_PAIRS):
+                halves = np.array_split(rng.permutation(n), 2)
+                for side, kept in enumerate(halves):
+                    member = copy.deepcopy(template).set_params(seed=int(split) * 100 + 2 * pair + side)
+                    member.fit(X[kept], y[kept])
+                    left = halves[1 - side]
+                    m, s = member.predict(X[left], return_std=True)
+                    oob_mean[pair, left], oob_var[pair, left] = m, s ** 2
+                    m, s = member.predict(ds.X_test, return_std=True)
+                    test_mean.append(m)
+                    test_var.append(s ** 2)
+            centre, variance = matched(oob_mean, oob_var)
+            z2 = (y - centre) ** 2 / variance
+            alpha = recalibration_scale(*z2_moments(z2))
+            df = student_t_df(np.sqrt(z2 / alpha))
+            centre, variance = matched(np.array(test_mean), np.array(test_var))
+            scores = _scores(ds, centre, np.sqrt(alpha * variance), df)
+            record.update(bag_seconds=time.perf_counter() - t0, alpha=alpha, df=df, oob_mean_z2=float(z2.mean()),
+                          bagged={k: scores[k] for k in METRICS})
+        with open(out, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def paired_changes(records, way: str):
+    """Print the mean change of NLL and RMSE from ``single`` to ``way`` over ``records``, with its standard error."""
+    for k in ("nll", "rmse"):
+        d = [r[way][k] - r["single"][k] for r in records]
+        if len(d) > 1:
+            print(f"# {way} − single, {k}: {statistics.mean(d):+.4f} ± {statistics.stdev(d) / len(d) ** 0.5:.4f} "
+                  f"(standard error; {len(d)} fits), lower on {sum(x < 0 for x in d)}")
+
+
+def report_bag(paths: list[str]):
+    records = [json.loads(line) for path in paths for line in open(path)]
+    bagged = [r for r in records if "bagged" in r]
+    print("\t".join(["dataset", "split", "seconds fit", "seconds bag", "alpha", "df",
+                     *(f"{k} {w}" for k in METRICS for w in ("single", "bagged"))]))
+    for r in bagged:
+        print("\t".join([r["dataset"], str(r["split"]), f"{r['fit_seconds']:.1f}", f"{r['bag_seconds']:.1f}",
+                         f"{r['alpha']:.3f}", f"{r['df']:.2f}",
+                         *(f"{r[w][k]:.4f}" for k in METRICS for w in ("single", "bagged"))]))
+    paired_changes(bagged, "bagged")
+
+
 def report(paths: list[str]):
     records = [json.loads(line) for path in paths for line in open(path)]
     ensembles = [r for r in records if "averaged" in r]
@@ -108,14 +185,11 @@ def report(paths: list[str]):
         print("\t".join([r["dataset"], str(r["split"]), *(f"{r[w][k]:.4f}" for k in METRICS for w in WAYS)]))
     print(f"# {len(records) - len(ensembles)} fits did not cross-fit (validation part of 100 rows or more)")
     for way in WAYS[1:]:
-        for k in ("nll", "rmse"):
-            d = [r[way][k] - r["single"][k] for r in ensembles]
-            if len(d) > 1:
-                print(f"# {way} − single, {k}: {statistics.mean(d):+.4f} ± {statistics.stdev(d) / len(d) ** 0.5:.4f} "
-                      f"(standard error; {len(d)} fits), lower on {sum(x < 0 for x in d)}")
+        paired_changes(ensembles, way)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("run", "report"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("run", "run-bag", "report", "report-bag"):
         sys.exit(__doc__)
-    run(sys.argv[2], sys.argv[3:]) if sys.argv[1] == "run" else report(sys.argv[2:])
+    {"run": run, "run-bag": run_bag}[sys.argv[1]](sys.argv[2], sys.argv[3:]) if sys.argv[1].startswith("run") \
+        else (report if sys.argv[1] == "report" else report_bag)(sys.argv[2:])
