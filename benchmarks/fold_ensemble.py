@@ -75,6 +75,11 @@ def mixture_nll(y, means, stds, df) -> float:
     return float(-np.mean(logsumexp(logp, axis=0) - np.log(len(means))))
 
 
+def matched(means, variances):
+    """(mean, variance) of the equal mixture of members (axis 0): one t's moments."""
+    return means.mean(0), variances.mean(0) + means.var(0)
+
+
 def run(out: str, jobs: list[str]):
     for job in jobs:
         dataset, split = job.rsplit(":", 1)
@@ -95,12 +100,12 @@ def run(out: str, jobs: list[str]):
             means, stds = np.array([p[0] for p in preds]), np.array([p[1] for p in preds])
             sd = ds.y_train.std()  # NLL on the training part's standardised targets, as the suite
             for way, idx in (("mixture", slice(None)), ("folds", slice(1, None))):
-                centre = means[idx].mean(0)
-                scores = _scores(ds, centre, np.sqrt((stds[idx] ** 2).mean(0) + means[idx].var(0)), df)
+                centre, variance = matched(means[idx], stds[idx] ** 2)
+                scores = _scores(ds, centre, np.sqrt(variance), df)
                 record[way] = {k: scores[k] for k in METRICS}
                 record[way]["nll"] = mixture_nll(ds.y_test / sd, means[idx] / sd, stds[idx] / sd, df)
-            matched_std = np.sqrt((stds ** 2).mean(0) + means.var(0))
-            record["matched"] = {k: _scores(ds, means.mean(0), matched_std, df)[k] for k in METRICS}
+            centre, variance = matched(means, stds ** 2)
+            record["matched"] = {k: _scores(ds, centre, np.sqrt(variance), df)[k] for k in METRICS}
             scaled_std = np.sqrt((stds ** 2).mean(0) + alpha * means.var(0))
             record["matched_alpha"] = {k: _scores(ds, means.mean(0), scaled_std, df)[k] for k in METRICS}
             member_var = (stds ** 2).mean(0)
@@ -108,11 +113,6 @@ def run(out: str, jobs: list[str]):
             record["averaged"] = {k: _scores(ds, means.mean(0), averaged_std, df)[k] for k in METRICS}
         with open(out, "a") as f:
             f.write(json.dumps(record) + "\n")
-
-
-def matched(means, variances):
-    """(mean, variance) of the equal mixture of members (axis 0): one t's moments."""
-    return means.mean(0), variances.mean(0) + means.var(0)
 
 
 def run_bag(out: str, jobs: list[str]):
