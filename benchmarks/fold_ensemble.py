@@ -80,20 +80,30 @@ def matched(means, variances):
     return means.mean(0), variances.mean(0) + means.var(0)
 
 
+def fit_as_the_suite(job: str, keep_folds: bool = False):
+    """The calibration suite's row "DBK" fitted on DATASET:SPLIT: (the split, the fitted model, the record's first
+    fields, its test predictions (mean, std), the fold models cross-fitting kept when ``keep_folds``, else None)."""
+    dataset, split = job.rsplit(":", 1)
+    ds = load(dataset, split=split_of(dataset, int(split)), seed=int(split))
+    model = build("dbk", verbose=False, max_time=60, seed=int(split))
+    folds = keep_fold_models(model) if keep_folds else None
+    t0 = time.perf_counter()
+    model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+    record = {"dataset": dataset, "split": int(split), "seconds": time.perf_counter() - t0,
+              "rule": getattr(model, "recalibrated_by_", None)}
+    return ds, model, record, model.predict(ds.X_test, return_std=True), folds
+
+
+def read_records(paths: list[str]) -> list[dict]:
+    return [json.loads(line) for path in paths for line in open(path)]
+
+
 def run(out: str, jobs: list[str]):
     for job in jobs:
-        dataset, split = job.rsplit(":", 1)
-        ds = load(dataset, split=split_of(dataset, int(split)), seed=int(split))
-        model = build("dbk", verbose=False, max_time=60, seed=int(split))
-        folds = keep_fold_models(model)
-        t0 = time.perf_counter()
-        model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
-        record = {"dataset": dataset, "split": int(split), "seconds": time.perf_counter() - t0,
-                  "rule": getattr(model, "recalibrated_by_", None), "alpha": model.variance_scale,
-                  "df": model.predictive_df, "members": 1 + len(folds)}
+        ds, model, record, (mean, std), folds = fit_as_the_suite(job, keep_folds=True)
         alpha, df = model.variance_scale, model.predictive_df
-        mean, std = model.predict(ds.X_test, return_std=True)
-        record["single"] = {k: _scores(ds, mean, std, df)[k] for k in METRICS}
+        record.update(alpha=alpha, df=df, members=1 + len(folds),
+                      single={k: _scores(ds, mean, std, df)[k] for k in METRICS})
         if len(folds) == 5:  # cross-fitting ran (and kept its models)
             preds = [(mean, std)] + [(m, s * np.sqrt(alpha)) for m, s in
                                      (f.predict(ds.X_test, return_std=True) for f in folds)]
@@ -117,26 +127,20 @@ def run(out: str, jobs: list[str]):
 
 def run_bag(out: str, jobs: list[str]):
     for job in jobs:
-        dataset, split = job.rsplit(":", 1)
-        ds = load(dataset, split=split_of(dataset, int(split)), seed=int(split))
-        model = build("dbk", verbose=False, max_time=60, seed=int(split))
-        t0 = time.perf_counter()
-        model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
-        record = {"dataset": dataset, "split": int(split), "fit_seconds": time.perf_counter() - t0,
-                  "rule": getattr(model, "recalibrated_by_", None)}
-        mean, std = model.predict(ds.X_test, return_std=True)
+        ds, model, record, (mean, std), _ = fit_as_the_suite(job)
+        split = record["split"]
         record["single"] = {k: _scores(ds, mean, std, model.predictive_df)[k] for k in METRICS}
-        template = model._fixed_budget_clone()
-        if template is not None and record["rule"] == "cross_fit":
+        if record["rule"] == "cross_fit":  # small data, where the bag would replace the fold fits
+            template = model._fixed_budget_clone()
             X, y = np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])
-            rng, n = np.random.default_rng(int(split)), len(y)
+            rng, n = np.random.default_rng(split), len(y)
             oob_mean, oob_var = np.empty((BAG_PAIRS, n)), np.empty((BAG_PAIRS, n))  # each pair leaves a row out once
             test_mean, test_var = [], []
             t0 = time.perf_counter()
             for pair in range(BAG_PAIRS):
                 halves = np.array_split(rng.permutation(n), 2)
                 for side, kept in enumerate(halves):
-                    member = copy.deepcopy(template).set_params(seed=int(split) * 100 + 2 * pair + side)
+                    member = copy.deepcopy(template).set_params(seed=split * 100 + 2 * pair + side)
                     member.fit(X[kept], y[kept])
                     left = halves[1 - side]
                     m, s = member.predict(X[left], return_std=True)
@@ -166,19 +170,19 @@ def paired_changes(records, way: str):
 
 
 def report_bag(paths: list[str]):
-    records = [json.loads(line) for path in paths for line in open(path)]
+    records = read_records(paths)
     bagged = [r for r in records if "bagged" in r]
     print("\t".join(["dataset", "split", "seconds fit", "seconds bag", "alpha", "df",
                      *(f"{k} {w}" for k in METRICS for w in ("single", "bagged"))]))
     for r in bagged:
-        print("\t".join([r["dataset"], str(r["split"]), f"{r['fit_seconds']:.1f}", f"{r['bag_seconds']:.1f}",
+        print("\t".join([r["dataset"], str(r["split"]), f"{r['seconds']:.1f}", f"{r['bag_seconds']:.1f}",
                          f"{r['alpha']:.3f}", f"{r['df']:.2f}",
                          *(f"{r[w][k]:.4f}" for k in METRICS for w in ("single", "bagged"))]))
     paired_changes(bagged, "bagged")
 
 
 def report(paths: list[str]):
-    records = [json.loads(line) for path in paths for line in open(path)]
+    records = read_records(paths)
     ensembles = [r for r in records if "averaged" in r]
     print("\t".join(["dataset", "split", *(f"{k} {w}" for k in METRICS for w in WAYS)]))
     for r in ensembles:
@@ -189,7 +193,7 @@ def report(paths: list[str]):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("run", "run-bag", "report", "report-bag"):
+    runs, reports = {"run": run, "run-bag": run_bag}, {"report": report, "report-bag": report_bag}
+    if len(sys.argv) < 3 or sys.argv[1] not in runs.keys() | reports.keys():
         sys.exit(__doc__)
-    {"run": run, "run-bag": run_bag}[sys.argv[1]](sys.argv[2], sys.argv[3:]) if sys.argv[1].startswith("run") \
-        else (report if sys.argv[1] == "report" else report_bag)(sys.argv[2:])
+    runs[sys.argv[1]](sys.argv[2], sys.argv[3:]) if sys.argv[1] in runs else reports[sys.argv[1]](sys.argv[2:])
