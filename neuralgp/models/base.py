@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from tqdm.auto import tqdm
 
 from neuralgp import distributed
@@ -82,6 +82,28 @@ def student_t_df(z: np.ndarray) -> float:
     zero, one = np.zeros_like(z), np.ones_like(z)
     loss = lambda log_df: nll(z, zero, one, np.exp(log_df))  # noqa: E731  (the metric's own unit-variance t)
     return float(np.exp(minimize_scalar(loss, bounds=(np.log(MIN_DF), np.log(MAX_DF)), method="bounded").x))
+
+
+def bag_z2(y: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Squared z-scores of a bag of M = 2k half-data members, from the rows' out-of-bag predictions: ``means`` and
+    ``variances`` (k, n), the k members that did not train on each row. Returns (z² for α, z² for the shape).
+
+    The bag predicts the t of its members' mean μ and variance v̄ + spread (the spread of their means about μ).
+    Out of bag only k members predict a row, and their mean is noisier than the whole bag's: with W the members'
+    unbiased spread, (y − μ_k)² estimates B + W/k where the bag's squared error is B + W/M, and the bag's variance
+    is v̄ + (M − 1)/M·W against the k members' v̄ + (k − 1)/k·W. The out-of-bag z² = (y − μ_k)² / (v̄ + spread_k)
+    (the shape's) times c = Σ((y − μ_k)² − W/k + W/M) / Σ(y − μ_k)² · Σ(v̄ + (k − 1)/k·W) / Σ(v̄ + (M − 1)/M·W)
+    are α's: one factor from sums over all rows, since a per-row W on k − 1 degrees of freedom in a denominator
+    is far too noisy (tests/models/test_bagging.py). Without it the bag's α was too large (docs/methods/dbk.md,
+    "A bag of half-data fits")."""
+    k = means.shape[0]
+    M = 2 * k
+    error2, member_var = (y - means.mean(0)) ** 2, variances.mean(0)
+    spread = means.var(0, ddof=1) if k > 1 else np.zeros_like(error2)
+    plain = error2 / (member_var + (k - 1) / k * spread)
+    c = (np.sum(error2 - spread / k + spread / M) / np.sum(error2)
+         * np.sum(member_var + (k - 1) / k * spread) / np.sum(member_var + (M - 1) / M * spread))
+    return c * plain, plain
 
 
 def device_memory_gb(device) -> float:
@@ -241,7 +263,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        for attr in ("x_scaler_", *RECALIBRATION_STATE):  # no half fit
+        for attr in ("x_scaler_", "members_", *RECALIBRATION_STATE):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
         y_scaler = Scaler("standard" if self.normalize_y else "none").fit(y[:, None], across_workers=True)
@@ -250,6 +272,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         self._fit_scaled(x_scaler.transform(X), scale_y(y), *scaled_val)
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
+        if getattr(self, "bagging", 0):
+            return self._fit_bag(X, y, X_val, y_val)
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if not n_val or not self.recalibrates_on_validation():
             return self
@@ -289,6 +313,39 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         many steps as this fitted model kept; None where the model cannot (``fit`` then recalibrates on the
         validation part alone)."""
         return None
+
+    def _fit_bag(self, X, y, X_val, y_val):
+        """``bagging`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
+        two halves of a random split (drawn with ``seed``) of the training and validation rows, so every row is out
+        of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
+        recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
+        = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
+        template = self._fixed_budget_clone()
+        if template is None or distributed.is_distributed():
+            raise InputError(f"{type(self).__name__}(bagging={self.bagging}) retrains its members in one process "
+                             "with recalibration=True or False; use bagging=0 in a process group or with "
+                             "recalibration='validation'")
+        rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
+        pairs, n = int(self.bagging) // 2, len(rows_y)
+        if n < 4:
+            raise InputError(f"bagging needs at least 4 rows to split into halves, got {n}")
+        rng = np.random.default_rng(self.seed)
+        members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
+        for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,
+                         disable=not getattr(self, "verbose", False)):
+            halves = np.array_split(rng.permutation(n), 2)
+            for side, kept in enumerate(halves):
+                member = clone(template).set_params(bagging=0, seed=self.seed * 100 + 2 * pair + side)
+                dist = member.fit(rows_X[kept], rows_y[kept]).predict_dist(rows_X[halves[1 - side]])
+                oob_mean[pair, halves[1 - side]], oob_var[pair, halves[1 - side]] = dist["mean"], dist["var_y"]
+                members.append(member)
+        self.members_ = members
+        if self.recalibrates_on_validation():
+            z2, shape_z2 = bag_z2(rows_y, oob_mean, oob_var)
+            self._apply_recalibration(z2_moments(z2), "bag")
+            if getattr(self, "variance_scale_", None) is not None:
+                self._fit_predictive_shape(shape_z2 / recalibration_scale(*z2_moments(shape_z2)))
+        return self
 
     def _cross_fit_z2(self, X, y, X_val, y_val):
         """The squared out-of-fold z-scores of the training and validation rows together, in
@@ -363,6 +420,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and the statistics are summed. For data larger than memory: ``fit`` on ``rows.sample(m)``, then this."""
         from neuralgp.datasets.rows import RowSource
         self._check_fitted()
+        if getattr(self, "members_", None):
+            raise InputError(f"a bag ({type(self).__name__} with bagging={self.bagging}) predicts from members fitted "
+                             "on halves of the rows, and its α is theirs: fit_posterior needs bagging=0")
         if not self.conditions_on_rows():
             raise InputError(f"{type(self).__name__} has no exact posterior to recompute from streamed rows; use "
                              "dbk, dak-exact or fmgp (a variational posterior is learned, not computed)")
@@ -468,10 +528,18 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         """Predictive mean and variances of f and of y (noise included), in the units of y; with a Student-t
         predictive also its degrees of freedom ``df`` (var_y is then the t's variance)."""
         Xs = self._scaled_inputs(X)
-        parts = [self._predict_scaled(Xs[i:i + PREDICT_ROWS]) for i in range(0, len(Xs), PREDICT_ROWS)]
-        mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
-        s2 = self._y_scale ** 2 * self.variance_scale
-        dist = {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0], "var_f": var_f * s2, "var_y": var_y * s2}
+        if getattr(self, "members_", None):  # a bag: its members' mean, their variances plus the means' spread
+            dists = [member.predict_dist(X) for member in self.members_]
+            means = np.stack([d["mean"] for d in dists])
+            spread, alpha = means.var(0), self.variance_scale
+            dist = {"mean": means.mean(0), **{k: alpha * (np.mean([d[k] for d in dists], 0) + spread)
+                                             for k in ("var_f", "var_y")}}
+        else:
+            parts = [self._predict_scaled(Xs[i:i + PREDICT_ROWS]) for i in range(0, len(Xs), PREDICT_ROWS)]
+            mean, var_f, var_y = (np.concatenate(p) for p in zip(*parts))
+            s2 = self._y_scale ** 2 * self.variance_scale
+            dist = {"mean": self.y_scaler_.inverse_transform(mean[:, None])[:, 0], "var_f": var_f * s2,
+                    "var_y": var_y * s2}
         if self.predictive_df is not None:
             dist["df"] = self.predictive_df
         return dist
@@ -495,7 +563,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     # -- persistence ---------------------------------------------------------------------------
     def _payload_extras(self) -> dict:
         return {"y_scaler": self.y_scaler_.state(), "variance_scale": self.variance_scale,
-                "predictive_df": self.predictive_df}
+                "predictive_df": self.predictive_df,
+                "members": [member._payload() for member in getattr(self, "members_", None) or []]}
 
     def _load_extras(self, payload: dict):
         self.y_scaler_ = Scaler.from_state(payload["y_scaler"])
@@ -503,6 +572,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             self.variance_scale_ = float(payload["variance_scale"])
         if payload.get("predictive_df") is not None:  # nor from before the Student-t predictive
             self.predictive_df_ = float(payload["predictive_df"])
+        if payload.get("members"):  # a bag's (files from before the option have none)
+            self.members_ = [type(self)._from_payload(member) for member in payload["members"]]
         if "predictive" in self.get_params() and "predictive" not in payload["params"]:
             self.predictive = "gaussian"  # a file from before the option: what it was fitted as, whatever the default
 

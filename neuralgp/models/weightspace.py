@@ -13,6 +13,7 @@ from torch import nn
 
 from neuralgp import distributed
 from neuralgp.chunking import EXACT_TRAIN_ROWS, gradient_block_rows, map_rows
+from neuralgp.errors import InputError
 from neuralgp.models.base import NeuralGPRegressor
 from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_weight_posterior, stream_stats
 from neuralgp.posterior.correction import correction_scale, trace_penalty
@@ -210,6 +211,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def features(self, X) -> np.ndarray:
         """Φ for raw X, in the units of y: predictions are the GP with k(x, x') = features(x)·features(x')
         (including any ``recalibrate`` factor)."""
+        if getattr(self, "members_", None):
+            raise InputError("a bag predicts from its members' kernels, not this fit's: use members_[i].features(X)")
         Xt = self._tensor(self._scaled_inputs(X), device=self.device)
         with torch.no_grad():
             phi = map_rows(self.module_, Xt)
