@@ -16,16 +16,11 @@ and each fit is scored on the test part six ways, paired:
   E(y − μ̄)² = mean_m α v_m − spread; floored at mean_m α v_m / M (members' errors correlated, ρ ≥ 0).
 The mixtures' NLL is the mixture's own; their coverage and mean z² are those of their matched t.
 
-``run-bag`` tries the next design, an ensemble with an α of its own: ``BAG_PAIRS`` pairs of members, each pair
-trained (for the steps early stopping kept, seeds differing) on the two halves of a random split of all the rows, so
-that every row is out of bag for exactly half the members. α and ν are fitted, as ``fit`` does, to the z-scores of
-those out-of-bag half-ensembles (one t of their mean and variance, as ``matched``); the test part is predicted by the
-t of all the members' mean and variance with that α and ν (way ``bagged``, beside ``single``: the fitted model).
+The next design, a bag of half-data members with an α of its own, became ``DBKRegressor(bagging=…)``; its study
+is ``benchmarks/bag_study.py`` (this script's ``run-bag`` and ``report-bag`` before commit a588256).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/fold_ensemble.py run OUT.jsonl DATASET:SPLIT...
-    NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/fold_ensemble.py run-bag OUT.jsonl DATASET:SPLIT...
     python benchmarks/fold_ensemble.py report OUT.jsonl...   (a TSV of the fits, then the paired mean changes)
-    python benchmarks/fold_ensemble.py report-bag OUT.jsonl...   (the same for run-bag's records)
 """
 
 from __future__ import annotations
@@ -44,11 +39,9 @@ from neuralgp.bench.evaluate import _scores
 from neuralgp.bench.suites.calibration import split_of
 from neuralgp.datasets import load
 from neuralgp.metrics import _t_scale
-from neuralgp.models.base import recalibration_scale, student_t_df, z2_moments
 from neuralgp.registry import build
 
 METRICS = ("rmse", "nll", "coverage_95", "mean_z2")
-BAG_PAIRS = 4
 WAYS = ("single", "mixture", "matched", "matched_alpha", "folds", "averaged")
 
 
@@ -125,41 +118,6 @@ def run(out: str, jobs: list[str]):
             f.write(json.dumps(record) + "\n")
 
 
-def run_bag(out: str, jobs: list[str]):
-    for job in jobs:
-        ds, model, record, (mean, std), _ = fit_as_the_suite(job)
-        split = record["split"]
-        record["single"] = {k: _scores(ds, mean, std, model.predictive_df)[k] for k in METRICS}
-        if record["rule"] == "cross_fit":  # small data, where the bag would replace the fold fits
-            template = model._fixed_budget_clone()
-            X, y = np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])
-            rng, n = np.random.default_rng(split), len(y)
-            oob_mean, oob_var = np.empty((BAG_PAIRS, n)), np.empty((BAG_PAIRS, n))  # each pair leaves a row out once
-            test_mean, test_var = [], []
-            t0 = time.perf_counter()
-            for pair in range(BAG_PAIRS):
-                halves = np.array_split(rng.permutation(n), 2)
-                for side, kept in enumerate(halves):
-                    member = copy.deepcopy(template).set_params(seed=split * 100 + 2 * pair + side)
-                    member.fit(X[kept], y[kept])
-                    left = halves[1 - side]
-                    m, s = member.predict(X[left], return_std=True)
-                    oob_mean[pair, left], oob_var[pair, left] = m, s ** 2
-                    m, s = member.predict(ds.X_test, return_std=True)
-                    test_mean.append(m)
-                    test_var.append(s ** 2)
-            centre, variance = matched(oob_mean, oob_var)
-            z2 = (y - centre) ** 2 / variance
-            alpha = recalibration_scale(*z2_moments(z2))
-            df = student_t_df(np.sqrt(z2 / alpha))
-            centre, variance = matched(np.array(test_mean), np.array(test_var))
-            scores = _scores(ds, centre, np.sqrt(alpha * variance), df)
-            record.update(bag_seconds=time.perf_counter() - t0, alpha=alpha, df=df, oob_mean_z2=float(z2.mean()),
-                          bagged={k: scores[k] for k in METRICS})
-        with open(out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
 def paired_changes(records, way: str):
     """Print the mean change of NLL and RMSE from ``single`` to ``way`` over ``records``, with its standard error."""
     for k in ("nll", "rmse"):
@@ -167,18 +125,6 @@ def paired_changes(records, way: str):
         if len(d) > 1:
             print(f"# {way} − single, {k}: {statistics.mean(d):+.4f} ± {statistics.stdev(d) / len(d) ** 0.5:.4f} "
                   f"(standard error; {len(d)} fits), lower on {sum(x < 0 for x in d)}")
-
-
-def report_bag(paths: list[str]):
-    records = read_records(paths)
-    bagged = [r for r in records if "bagged" in r]
-    print("\t".join(["dataset", "split", "seconds fit", "seconds bag", "alpha", "df",
-                     *(f"{k} {w}" for k in METRICS for w in ("single", "bagged"))]))
-    for r in bagged:
-        print("\t".join([r["dataset"], str(r["split"]), f"{r['seconds']:.1f}", f"{r['bag_seconds']:.1f}",
-                         f"{r['alpha']:.3f}", f"{r['df']:.2f}",
-                         *(f"{r[w][k]:.4f}" for k in METRICS for w in ("single", "bagged"))]))
-    paired_changes(bagged, "bagged")
 
 
 def report(paths: list[str]):
@@ -193,7 +139,7 @@ def report(paths: list[str]):
 
 
 if __name__ == "__main__":
-    runs, reports = {"run": run, "run-bag": run_bag}, {"report": report, "report-bag": report_bag}
+    runs, reports = {"run": run}, {"report": report}
     if len(sys.argv) < 3 or sys.argv[1] not in runs.keys() | reports.keys():
         sys.exit(__doc__)
     runs[sys.argv[1]](sys.argv[2], sys.argv[3:]) if sys.argv[1] in runs else reports[sys.argv[1]](sys.argv[2:])
