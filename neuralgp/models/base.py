@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
+from scipy.special import roots_genlaguerre
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from tqdm.auto import tqdm
 
@@ -88,22 +89,30 @@ def bag_z2(y: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.
     """Squared z-scores of a bag of M = 2k half-data members, from the rows' out-of-bag predictions: ``means`` and
     ``variances`` (k, n), the k members that did not train on each row. Returns (z² for α, z² for the shape).
 
-    The bag predicts the t of its members' mean μ and variance v̄ + spread (the spread of their means about μ).
-    Out of bag only k members predict a row, and their mean is noisier than the whole bag's: with W the members'
-    unbiased spread, (y − μ_k)² estimates B + W/k where the bag's squared error is B + W/M, and the bag's variance
-    is v̄ + (M − 1)/M·W against the k members' v̄ + (k − 1)/k·W. The out-of-bag z² = (y − μ_k)² / (v̄ + spread_k)
-    (the shape's) times c = Σ((y − μ_k)² − W/k + W/M) / Σ(y − μ_k)² · Σ(v̄ + (k − 1)/k·W) / Σ(v̄ + (M − 1)/M·W)
-    are α's: one factor from sums over all rows, since a per-row W on k − 1 degrees of freedom in a denominator
-    is far too noisy (tests/models/test_bagging.py). Without it the bag's α was too large (docs/methods/dbk.md,
-    "A bag of half-data fits")."""
+    The bag predicts the t of its members' mean μ and variance v̄ + S_M, S_M the spread of their M means. Out of bag
+    only k members predict a row, and both parts of its z² differ from the bag's: with the members' means scattered
+    with variance W about the bag's limit, (y − μ_k)² estimates e² + W/k where the bag's squared error is
+    e² + W/M, and S_k ~ W·χ²_{k−1}/k is a noisier denominator than S_M ~ W·χ²_{M−1}/M. The plain out-of-bag z²
+    = (y − μ_k)² / (v̄ + S_k) are the shape's; α's are those times one factor: the bag's expected z² summed over the
+    rows, Σ max((y − μ_k)² − W/k + W/M, 0)·E[1/(v̄ + S_M)], over the k members' Σ (y − μ_k)²·E[1/(v̄ + S_k)], each row's
+    W its v̄ times the pooled ratio ΣW/Σv̄ (one row's spread on k − 1 degrees of freedom is too noisy to use) and
+    the expectations over the χ² by Gauss–Laguerre quadrature. Without it the bag's α was too large
+    (docs/methods/dbk.md, "A bag of half-data fits"; ``tests/models/test_bagging.py``)."""
     k = means.shape[0]
-    M = 2 * k
     error2, member_var = (y - means.mean(0)) ** 2, variances.mean(0)
-    spread = means.var(0, ddof=1) if k > 1 else np.zeros_like(error2)
-    plain = error2 / (member_var + (k - 1) / k * spread)
-    c = (np.sum(error2 - spread / k + spread / M) / np.sum(error2)
-         * np.sum(member_var + (k - 1) / k * spread) / np.sum(member_var + (M - 1) / M * spread))
-    return c * plain, plain
+    plain = error2 / (member_var + means.var(0))
+    if k < 2:  # one member out of bag: no spread to go on
+        return plain, plain
+    spread = member_var * means.var(0, ddof=1).sum() / member_var.sum()
+
+    def mean_inverse(members):  # E[1/(v̄ + W·χ²_{m−1}/m)] per row
+        nodes, weights = roots_genlaguerre(32, (members - 1) / 2 - 1)  # χ²_ν = 2·Gamma(ν/2)
+        chi2 = 2 * nodes / members
+        return (weights / weights.sum()) @ (1 / (member_var + spread * chi2[:, None]))
+
+    M = 2 * k
+    bag = np.sum(np.maximum(error2 - spread / k + spread / M, 0) * mean_inverse(M))
+    return plain * bag / np.sum(error2 * mean_inverse(k)), plain
 
 
 def device_memory_gb(device) -> float:

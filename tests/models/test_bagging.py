@@ -54,9 +54,10 @@ def test_the_bag_predicts_its_members_mean_and_variance_plus_spread_times_alpha(
 
 
 @pytest.mark.parametrize("noise, member_var, shared", [(1.0, 1.0, 0.5), (0.1, 1.0, 0.1), (1.0, 3.0, 0.0)])
-def test_bag_z2_predicts_the_whole_bags_z2_better_than_the_out_of_bag_ensembles(noise, member_var, shared):
+def test_bag_z2_predicts_the_whole_bags_z2_where_the_out_of_bag_ensembles_do_not(noise, member_var, shared):
     """y = noise; members err by a shared bias per row plus their own noise and know the noise variance. The bag of
-    M = 8 on fresh rows has a smaller mean z² than the out-of-bag ensembles of 4; bag_z2's estimate is nearer it."""
+    M = 8 on fresh rows has a smaller mean z² than the out-of-bag ensembles of 4 (by 18–52 % here); bag_z2's α-z²
+    land within 12 %."""
     rng, k, n = np.random.default_rng(1), 4, 100_000
 
     def rows(members):
@@ -67,7 +68,8 @@ def test_bag_z2_predicts_the_whole_bags_z2_better_than_the_out_of_bag_ensembles(
     y, means, variances = rows(2 * k)
     bag = np.mean((y - means.mean(0)) ** 2 / (variances.mean(0) + means.var(0)))
     z2, plain = bag_z2(*rows(k))
-    assert abs(z2.mean() - bag) < 0.5 * abs(plain.mean() - bag)
+    assert z2.mean() == pytest.approx(bag, rel=0.12)
+    assert plain.mean() > 1.15 * bag
     np.testing.assert_allclose(z2 / plain, z2[0] / plain[0])  # one factor over all rows
 
 
