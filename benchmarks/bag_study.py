@@ -89,6 +89,18 @@ def scored_rules(fit, pairs: int) -> dict:
     return out
 
 
+def tail_shares(fit) -> tuple[float, float, float]:
+    """(share of Σz² in the largest 2 % of the out-of-bag plain z², the same for the test rows' z² under the whole
+    bag's variance before α, out-of-bag median z² / mean z²)."""
+    _, plain = base.bag_z2(fit["y"], fit["oob_mean"], fit["oob_var"])
+    centre, variance = matched(fit["test_mean"], fit["test_var"])
+
+    def top(z2):
+        z2 = np.sort(z2)[::-1]
+        return z2[:max(1, len(z2) // 50)].sum() / z2.sum()
+    return top(plain), top((fit["y_test"] - centre) ** 2 / variance), np.median(plain) / plain.mean()
+
+
 def report_alpha(paths: list[str]):
     single = {(r["dataset"], r["split"]): r["single"] for r in read_records(paths)}
     fits = {key: np.load(f) for key in single
@@ -116,6 +128,12 @@ def report_alpha(paths: list[str]):
                          f"{np.mean([s['coverage_95'] for s, _ in rows]):.3f}",
                          *(f"{np.mean([b[r][2] for _, b in rows]):.3f}" for r in RULES),
                          *(f"{np.mean([b[r][0] - s['nll'] for s, b in rows]):+.3f}" for r in RULES)]))
+    print("# tails, mean over a set's fits: the share of Σz² carried by the largest 2 % (at least one) of the out-of-bag rows' plain "
+          "z² and of the test rows' z² under the bag's variance before α; the out-of-bag median z² over its mean")
+    print("\t".join(["dataset", "top 2 % out of bag", "top 2 % test", "median / mean out of bag"]))
+    for dataset in sorted({d for d, _ in fits}):
+        tails = [tail_shares(fit) for key, fit in fits.items() if key[0] == dataset]
+        print("\t".join([dataset, *(f"{v:.2f}" for v in np.mean(tails, 0))]))
     for rule, d in changes.items():
         print(f"# NLL {rule} − single: {np.mean(d):+.4f} ± {np.std(d, ddof=1) / np.sqrt(len(d)):.4f} "
               f"(standard error; {len(d)} fits), lower on {sum(x < 0 for x in d)}")
