@@ -261,6 +261,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         held-out z-scores also give the t's degrees of freedom (``_fit_predictive_shape``)."""
         check_params(self)
         _refuse_process_group(self)
+        if getattr(self, "bagging", 0) and (distributed.is_distributed() or self.recalibration == "validation"):
+            raise InputError(f"{type(self).__name__}(bagging={self.bagging}) refits its members in one process, with "
+                             "recalibration=True or False; use bagging=0 in a process group or with "
+                             "recalibration='validation'")
         X, y = check_X_y(X, y, owner=type(self).__name__)
         xn, yn = self.validation_names
         if (X_val is None) != (y_val is None):
@@ -272,6 +276,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
+        if getattr(self, "bagging", 0) and len(y) + (0 if y_val is None else len(y_val)) < 4:
+            raise InputError(f"bagging fits its members on halves of the rows: it needs at least 4, got "
+                             f"{len(y) + (0 if y_val is None else len(y_val))}")
         for attr in ("x_scaler_", "members_", *RECALIBRATION_STATE):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
@@ -282,7 +289,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         if getattr(self, "bagging", 0):
-            return self._fit_bag(X, y, X_val, y_val)
+            try:
+                return self._fit_bag(X, y, X_val, y_val)
+            except BaseException:
+                self.__dict__.pop("x_scaler_", None)  # a member's failure leaves no half-fitted bag behind
+                raise
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if not n_val or not self.recalibrates_on_validation():
             return self
@@ -329,15 +340,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
         recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
         = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
-        template = self._fixed_budget_clone()
-        if template is None or distributed.is_distributed():
-            raise InputError(f"{type(self).__name__}(bagging={self.bagging}) retrains its members in one process "
-                             "with recalibration=True or False; use bagging=0 in a process group or with "
-                             "recalibration='validation'")
+        template = self._fixed_budget_clone()  # not None: ``fit`` refused the cases without one
         rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
         pairs, n = int(self.bagging) // 2, len(rows_y)
-        if n < 4:
-            raise InputError(f"bagging needs at least 4 rows to split into halves, got {n}")
         rng = np.random.default_rng(self.seed)
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,

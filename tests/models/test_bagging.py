@@ -92,6 +92,25 @@ def test_bag_refusals(bag):
             DBKRegressor(bagging=bad).fit(X, y)
     with pytest.raises(InputError, match="recalibration"):
         DBKRegressor(**SMALL, bagging=2, recalibration="validation").fit(X, y)
+    with pytest.raises(InputError, match="at least 4"):
+        DBKRegressor(**SMALL, bagging=2).fit(X[:3], y[:3])
+
+
+def test_a_failing_member_leaves_no_half_fitted_bag(monkeypatch):
+    X, y = toy(40)
+    model = DBKRegressor(**SMALL, bagging=2)
+    real_fit, calls = DBKRegressor.fit, []
+
+    def fit(self, *args):  # the bag's first member fails
+        calls.append(self.bagging)
+        if len(calls) == 2:
+            raise FloatingPointError("Cholesky failed")
+        return real_fit(self, *args)
+
+    monkeypatch.setattr(DBKRegressor, "fit", fit)
+    with pytest.raises(FloatingPointError):
+        model.fit(X, y)
+    assert calls == [2, 0] and not hasattr(model, "x_scaler_") and not hasattr(model, "members_")
 
 
 def test_a_refit_without_bagging_drops_the_members(bag):
