@@ -35,6 +35,7 @@ from neuralgp.models.base import recalibration_scale, student_t_df, z2_moments
 
 MEMBERS = 8
 RULES = ("oob", "bag_z2")
+QUANTILES = (0.25, 0.5, 0.75, 0.9, 0.98)
 
 
 def run(out: str, jobs: list[str]):
@@ -89,16 +90,12 @@ def scored_rules(fit, pairs: int) -> dict:
     return out
 
 
-def tail_shares(fit) -> tuple[float, float, float]:
-    """(share of Σz² in the largest 2 % of the out-of-bag plain z², the same for the test rows' z² under the whole
-    bag's variance before α, out-of-bag median z² / mean z²)."""
-    _, plain = base.bag_z2(fit["y"], fit["oob_mean"], fit["oob_var"])
+def scaled_z2(fit) -> tuple[np.ndarray, np.ndarray]:
+    """(the out-of-bag z² that set α, the test rows' z² of the whole bag), both over the mean of the first: where
+    the two differ in shape, one α cannot serve both."""
+    z2, _ = base.bag_z2(fit["y"], fit["oob_mean"], fit["oob_var"])
     centre, variance = matched(fit["test_mean"], fit["test_var"])
-
-    def top(z2):
-        z2 = np.sort(z2)[::-1]
-        return z2[:max(1, len(z2) // 50)].sum() / z2.sum()
-    return top(plain), top((fit["y_test"] - centre) ** 2 / variance), np.median(plain) / plain.mean()
+    return z2 / z2.mean(), (fit["y_test"] - centre) ** 2 / variance / z2.mean()
 
 
 def report_alpha(paths: list[str]):
@@ -128,12 +125,12 @@ def report_alpha(paths: list[str]):
                          f"{np.mean([s['coverage_95'] for s, _ in rows]):.3f}",
                          *(f"{np.mean([b[r][2] for _, b in rows]):.3f}" for r in RULES),
                          *(f"{np.mean([b[r][0] - s['nll'] for s, b in rows]):+.3f}" for r in RULES)]))
-    print("# tails, mean over a set's fits: the share of Σz² carried by the largest 2 % (at least one) of the out-of-bag rows' plain "
-          "z² and of the test rows' z² under the bag's variance before α; the out-of-bag median z² over its mean")
-    print("\t".join(["dataset", "top 2 % out of bag", "top 2 % test", "median / mean out of bag"]))
+    print("# quantiles (25, 50, 75, 90, 98 %) of the z² that set α over their mean (out of bag) and of the test rows' "
+          "z² over the same mean (test), every fit of a set pooled")
+    print("\t".join(["dataset", "out of bag", "test"]))
     for dataset in sorted({d for d, _ in fits}):
-        tails = [tail_shares(fit) for key, fit in fits.items() if key[0] == dataset]
-        print("\t".join([dataset, *(f"{v:.2f}" for v in np.mean(tails, 0))]))
+        oob, test = (np.concatenate(part) for part in zip(*(scaled_z2(f) for k, f in fits.items() if k[0] == dataset)))
+        print("\t".join([dataset, *(" ".join(f"{q:.3g}" for q in np.quantile(z, QUANTILES)) for z in (oob, test))]))
     for rule, d in changes.items():
         print(f"# NLL {rule} − single: {np.mean(d):+.4f} ± {np.std(d, ddof=1) / np.sqrt(len(d)):.4f} "
               f"(standard error; {len(d)} fits), lower on {sum(x < 0 for x in d)}")
