@@ -60,8 +60,10 @@ POSITIVE_INT = integer(1)
 # True: α on the validation part, cross-fitted on all rows when that part is small; "validation": on that part
 # alone; False: none (neuralgp.models.base.NeuralGPRegressor.fit)
 RECALIBRATION = (BOOL, one_of("validation"))
-# members of a bag (``NeuralGPRegressor._fit_bag``): complementary pairs, so an even number; 0 is no bag
-BAGGING = Rule(lambda v: _is_int(v) and (v == 0 or (v >= 2 and v % 2 == 0)), "0 (no bag) or an even integer >= 2")
+# members of a bag (``NeuralGPRegressor._fit_bag``): complementary pairs, so an even number; 0 is no bag, "auto" a
+# bag where cross-fitting would run
+BAGGING = (Rule(lambda v: _is_int(v) and (v == 0 or (v >= 2 and v % 2 == 0)), "0 (no bag) or an even integer >= 2"),
+           one_of("auto"))
 PREDICTIVE = one_of("gaussian", "student_t")  # the predictive's shape around its mean and variance
 STEPS = integer(0)  # training iterations or epochs; 0 keeps the initial state (the untrained feature map's GP)
 POSITIVE = real(0, strict=True)

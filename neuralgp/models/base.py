@@ -53,6 +53,10 @@ RECALIBRATION_STANDARD_ERRORS = 0.5
 CROSS_FIT_BELOW = 100
 CROSS_FIT_FOLDS = 5
 
+# ``bagging="auto"``: a bag of this many half-data members where cross-fitting would run, at its cost (four fits on
+# all the rows against five on 4/5 of them; docs/methods/dbk.md, "A bag of half-data fits")
+AUTO_BAG_MEMBERS = 8
+
 
 def recalibration_scale(mean_z2: float, mean_z4: float, n: int,
                         standard_errors: float = RECALIBRATION_STANDARD_ERRORS) -> float:
@@ -261,7 +265,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         held-out z-scores also give the t's degrees of freedom (``_fit_predictive_shape``)."""
         check_params(self)
         _refuse_process_group(self)
-        if getattr(self, "bagging", 0) and (distributed.is_distributed() or self.recalibration == "validation"):
+        if self._bag_asked() and (distributed.is_distributed() or self.recalibration == "validation"):
             raise InputError(f"{type(self).__name__}(bagging={self.bagging}) refits its members in one process, with "
                              "recalibration=True or False; use bagging=0 in a process group or with "
                              "recalibration='validation'")
@@ -276,7 +280,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        if getattr(self, "bagging", 0) and len(y) + (0 if y_val is None else len(y_val)) < 4:
+        if self._bag_asked() and len(y) + (0 if y_val is None else len(y_val)) < 4:
             raise InputError(f"bagging fits its members on halves of the rows: it needs at least 4, got "
                              f"{len(y) + (0 if y_val is None else len(y_val))}")
         for attr in ("x_scaler_", "members_", *RECALIBRATION_STATE):  # no half fit
@@ -288,13 +292,14 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         self._fit_scaled(x_scaler.transform(X), scale_y(y), *scaled_val)
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
-        if getattr(self, "bagging", 0):
+        n_val = distributed.total_count(0 if X_val is None else len(y_val))
+        members = self._bag_members(len(y) + (0 if y_val is None else len(y_val)), n_val)
+        if members:
             try:
-                return self._fit_bag(X, y, X_val, y_val)
+                return self._fit_bag(X, y, X_val, y_val, members)
             except BaseException:
                 self.__dict__.pop("x_scaler_", None)  # a member's failure leaves no half-fitted bag behind
                 raise
-        n_val = distributed.total_count(0 if X_val is None else len(y_val))
         if not n_val or not self.recalibrates_on_validation():
             return self
         rule, z2, gamma = None, None, 1.0
@@ -334,15 +339,31 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         validation part alone)."""
         return None
 
-    def _fit_bag(self, X, y, X_val, y_val):
-        """``bagging`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
+    def _bag_asked(self) -> bool:
+        """Whether ``bagging`` is a number of members (not 0, nor "auto", which bags only where it can)."""
+        return getattr(self, "bagging", 0) not in (0, "auto")
+
+    def _bag_members(self, n_rows: int, n_val: int) -> int:
+        """How many members ``fit`` bags: ``bagging``, or for "auto" ``AUTO_BAG_MEMBERS`` exactly where cross-fitting
+        would set α (``_cross_fit_z2``: a validation part of 1 to ``CROSS_FIT_BELOW`` − 1 rows, recalibration on, one
+        process, a model that can retrain, enough rows), else 0."""
+        bagging = getattr(self, "bagging", 0)
+        if bagging != "auto":
+            return int(bagging)
+        crossfits = (0 < n_val < CROSS_FIT_BELOW and self.recalibrates_on_validation()
+                     and not distributed.is_distributed() and self._fixed_budget_clone() is not None
+                     and n_rows >= max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS))
+        return AUTO_BAG_MEMBERS if crossfits else 0
+
+    def _fit_bag(self, X, y, X_val, y_val, members: int):
+        """``members`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
         two halves of a random split (drawn with ``seed``) of the training and validation rows, so every row is out
         of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
         recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
         = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
         template = self._fixed_budget_clone()  # not None: ``fit`` refused the cases without one
         rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
-        pairs, n = int(self.bagging) // 2, len(rows_y)
+        pairs, n = members // 2, len(rows_y)
         rng = np.random.default_rng(self.seed)
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,

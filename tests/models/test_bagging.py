@@ -6,7 +6,7 @@ import pytest
 from neuralgp import DBKRegressor, load
 from neuralgp.datasets.rows import ArrayRows
 from neuralgp.errors import InputError, ParameterError
-from neuralgp.models.base import bag_z2, recalibration_scale, z2_moments
+from neuralgp.models.base import AUTO_BAG_MEMBERS, CROSS_FIT_BELOW, bag_z2, recalibration_scale, z2_moments
 
 SMALL = dict(rank=16, hidden=32, max_iter=120, eval_every=10, verbose=False, lr=1e-2, validation_fraction=0.2)
 
@@ -87,7 +87,7 @@ def test_bag_refusals(bag):
         model.fit_posterior(ArrayRows(X, y))
     with pytest.raises(InputError, match="members_"):
         model.features(X)
-    for bad in (1, 3, -2, True, 2.0):
+    for bad in (1, 3, -2, True, 2.0, "yes"):
         with pytest.raises(ParameterError, match="bagging"):
             DBKRegressor(bagging=bad).fit(X, y)
     with pytest.raises(InputError, match="recalibration"):
@@ -118,3 +118,15 @@ def test_a_refit_without_bagging_drops_the_members(bag):
     model = DBKRegressor(**SMALL, bagging=2).fit(X, y)
     model.set_params(bagging=0).fit(X, y)
     assert not hasattr(model, "members_") and model.recalibrated_by_ != "bag"
+
+
+@pytest.mark.cross_fit  # the library's cross-fitting threshold, which "auto" follows (conftest.py)
+def test_auto_bags_exactly_where_alpha_would_be_cross_fitted():
+    X, y = toy(100 + CROSS_FIT_BELOW)
+    params = {**SMALL, "max_iter": 20, "bagging": "auto"}
+    small = DBKRegressor(**params).fit(X[:101], y[:101], X[101:], y[101:])  # 99 validation rows
+    assert small.recalibrated_by_ == "bag" and len(small.members_) == AUTO_BAG_MEMBERS
+    large = DBKRegressor(**params).fit(X[:100], y[:100], X[100:], y[100:])
+    assert large.recalibrated_by_ == "validation" and not hasattr(large, "members_")
+    for other in ({"recalibration": "validation"}, {"recalibration": False}):  # no cross-fitting, no bag
+        assert not hasattr(DBKRegressor(**{**params, **other}).fit(X[:101], y[:101], X[101:], y[101:]), "members_")
