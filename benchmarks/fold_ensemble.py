@@ -17,7 +17,7 @@ and each fit is scored on the test part six ways, paired:
 The mixtures' NLL is the mixture's own; their coverage and mean z² are those of their matched t.
 
 The next design, a bag of half-data members with an α of its own, became ``DBKRegressor(bagging=…)``; its study
-is ``benchmarks/bag_study.py`` (this script's ``run-bag`` and ``report-bag`` before commit a588256).
+is ``benchmarks/bag_study.py`` (this script's ``run-bag`` and ``report-bag`` before commit 497c426).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/fold_ensemble.py run OUT.jsonl DATASET:SPLIT...
     python benchmarks/fold_ensemble.py report OUT.jsonl...   (a TSV of the fits, then the paired mean changes)
