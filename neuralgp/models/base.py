@@ -97,10 +97,10 @@ def bag_z2(y: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.
     only k members predict a row, and both parts of its z² differ from the bag's: with the members' means scattered
     with variance W about the bag's limit, (y − μ_k)² estimates e² + W/k where the bag's squared error is
     e² + W/M, and S_k ~ W·χ²_{k−1}/k is a noisier denominator than S_M ~ W·χ²_{M−1}/M. The plain out-of-bag z²
-    = (y − μ_k)² / (v̄ + S_k) are the shape's; α's are those times one factor: the bag's expected z² summed over the
-    rows, Σ max((y − μ_k)² − W/k + W/M, 0)·E[1/(v̄ + S_M)], over the k members' Σ (y − μ_k)²·E[1/(v̄ + S_k)], each row's
-    W its v̄ times the pooled ratio ΣW/Σv̄ (one row's spread on k − 1 degrees of freedom is too noisy to use) and
-    the expectations over the χ² by Gauss–Laguerre quadrature. Without it the bag's α was too large
+    = (y − μ_k)² / (v̄ + S_k) are the shape's; α's are those times one factor: the bag's expected z² summed over
+    the rows, Σ max((y − μ_k)² − W/k + W/M, 0)·E[1/(v̄ + S_M)], over the k members' Σ (y − μ_k)²·E[1/(v̄ + S_k)],
+    each row's W its v̄ times the pooled ratio ΣW/Σv̄ (one row's spread on k − 1 degrees of freedom is too noisy to
+    use) and the expectations over the χ² by Gauss–Laguerre quadrature. Without it the bag's α was too large
     (docs/methods/dbk.md, "A bag of half-data fits"; ``tests/models/test_bagging.py``)."""
     k = means.shape[0]
     error2, member_var = (y - means.mean(0)) ** 2, variances.mean(0)
@@ -355,15 +355,15 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                      and n_rows >= max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS))
         return AUTO_BAG_MEMBERS if crossfits else 0
 
-    def _fit_bag(self, X, y, X_val, y_val, members: int):
-        """``members`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
+    def _fit_bag(self, X, y, X_val, y_val, size: int):
+        """``size`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
         two halves of a random split (drawn with ``seed``) of the training and validation rows, so every row is out
         of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
         recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
         = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
         template = self._fixed_budget_clone()  # not None: ``fit`` refused the cases without one
         rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
-        pairs, n = members // 2, len(rows_y)
+        pairs, n = size // 2, len(rows_y)
         rng = np.random.default_rng(self.seed)
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,
@@ -562,7 +562,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def predict_dist(self, X) -> dict:
         """Predictive mean and variances of f and of y (noise included), in the units of y; with a Student-t
         predictive also its degrees of freedom ``df`` (var_y is then the t's variance)."""
-        Xs = self._scaled_inputs(X)
+        Xs = self._scaled_inputs(X)  # also checks that the model is fitted and X's features
         if getattr(self, "members_", None):  # a bag: its members' mean, their variances plus the means' spread
             dists = [member.predict_dist(X) for member in self.members_]
             means = np.stack([d["mean"] for d in dists])

@@ -37,9 +37,9 @@ class DBKRegressor(WeightSpaceRegressor):
     rows for the steps early stopping kept, which then predict together (``NeuralGPRegressor._fit_bag``; their
     variance scale α from the rows each member did not train on), at the cost of M/2 more fits; ``"auto"``: 8
     members exactly where α would be cross-fitted (a validation part under 100 rows), in place of cross-fitting and
-    at its cost. On small sets it lowers the NLL (docs/methods/dbk.md, "A bag of half-data fits"). ``features``, ``noise_variance_`` and
-    ``fit_posterior`` are the full fit's, which a bag does not predict with: ``features`` and ``fit_posterior``
-    refuse, the members are ``members_``.
+    at its cost. On small sets it lowers the NLL (docs/methods/dbk.md, "A bag of half-data fits"). ``features``,
+    ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a bag does not predict with: ``features``
+    and ``fit_posterior`` refuse; the members are ``members_``.
     """
 
     name = "DBK"
