@@ -280,9 +280,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        if self._bag_asked() and len(y) + (0 if y_val is None else len(y_val)) < 4:
-            raise InputError(f"bagging fits its members on halves of the rows: it needs at least 4, got "
-                             f"{len(y) + (0 if y_val is None else len(y_val))}")
+        n_rows = len(y) + (0 if y_val is None else len(y_val))
+        if self._bag_asked() and n_rows < 4:
+            raise InputError(f"bagging fits its members on halves of the rows: it needs at least 4, got {n_rows}")
         for attr in ("x_scaler_", "members_", *RECALIBRATION_STATE):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
@@ -293,7 +293,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
-        members = self._bag_members(len(y) + (0 if y_val is None else len(y_val)), n_val)
+        members = self._bag_members(n_rows, n_val)
         if members:
             try:
                 return self._fit_bag(X, y, X_val, y_val, members)
@@ -370,9 +370,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                          disable=not getattr(self, "verbose", False)):
             halves = np.array_split(rng.permutation(n), 2)
             for side, kept in enumerate(halves):
+                left_out = halves[1 - side]
                 member = clone(template).set_params(bagging=0, seed=self.seed * 100 + 2 * pair + side)
-                dist = member.fit(rows_X[kept], rows_y[kept]).predict_dist(rows_X[halves[1 - side]])
-                oob_mean[pair, halves[1 - side]], oob_var[pair, halves[1 - side]] = dist["mean"], dist["var_y"]
+                dist = member.fit(rows_X[kept], rows_y[kept]).predict_dist(rows_X[left_out])
+                oob_mean[pair, left_out], oob_var[pair, left_out] = dist["mean"], dist["var_y"]
                 members.append(member)
         self.members_ = members
         if self.recalibrates_on_validation():
