@@ -31,8 +31,9 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
-from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer, int_tuple, one_of)
+from neuralgp.params import (BAGGING, BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE,
+                             POSITIVE_INT, PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, Rule, integer,
+                             int_tuple, one_of)
 from neuralgp.posterior import GaussianLikelihood, MeanFieldPosterior, elbo, mc_elbo
 from neuralgp.train import adam, compiled, minibatch_epoch, train
 
@@ -94,21 +95,22 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     (every 10 epochs, patience 200); docs/methods/dak.md has the measurements. ``dak-table2`` sets the paper's.
     ``predictive="student_t"`` (the default since 2026-11-29; "gaussian" before and in the paper): the recalibrated
     mean and variance with a t's shape fitted to the held-out z-scores (``NeuralGPRegressor._fit_predictive_shape``).
+    ``bagging``: as ``DBKRegressor``'s (M members refitted on halves of the rows, ``NeuralGPRegressor._fit_bag``).
     """
 
     name = "DAK"
     param_rules = {**FEATURE_RULES, "inference": one_of(*INFERENCE), "max_iter": STEPS, "max_epochs": STEPS,
                    "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT), "noise_init": POSITIVE,
                    "noise_min": NON_NEGATIVE, "normalize_y": BOOL, "validation_fraction": VALIDATION_FRACTION,
-                   "recalibration": RECALIBRATION, "predictive": PREDICTIVE, **CHECKPOINT_RULES}
+                   "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, **CHECKPOINT_RULES}
 
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
                  weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None,
                  max_time=None, compile=False,
                  noise_init=0.1, noise_min=1e-6, bias_std=1.0, finetune=False, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="student_t", seed=0,
-                 device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
+                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="student_t",
+                 bagging=0, seed=0, device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.n_projections = n_projections
         self.grid_level = grid_level
         self.lengthscale = lengthscale
@@ -137,6 +139,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         self.validation_fraction = validation_fraction
         self.recalibration = recalibration
         self.predictive = predictive
+        self.bagging = bagging
         self.seed = seed
         self.device = device
         self.verbose = verbose
