@@ -58,7 +58,7 @@ def keep_fold_models(model) -> list:
             members.append(copy.deepcopy(self.inner))
             return self.inner
 
-    model._fixed_budget_clone = lambda: None if (inner := make_clone()) is None else Keeper(inner)
+    model._fixed_budget_clone = lambda *rows: None if (inner := make_clone(*rows)) is None else Keeper(inner)
     return members
 
 

@@ -333,10 +333,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         if np.isfinite(alpha) and alpha > 0:
             self.variance_scale_, self.selection_optimism_, self.recalibrated_by_ = alpha, gamma, rule
 
-    def _fixed_budget_clone(self):
+    def _fixed_budget_clone(self, trained_rows: int | None = None, rows: int | None = None):
         """An unfitted copy that trains on all the rows it is given, without validation or recalibration, for as
-        many steps as this fitted model kept; None where the model cannot (``fit`` then recalibrates on the
-        validation part alone)."""
+        many steps as this fitted model kept (on ``rows`` rows where this model trained on ``trained_rows``, when
+        the step count depends on them); None where the model cannot (``fit`` then recalibrates on the validation
+        part alone)."""
         return None
 
     def _bag_asked(self) -> bool:
@@ -361,9 +362,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
         recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
         = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
-        template = self._fixed_budget_clone()  # not None: ``fit`` refused the cases without one
         rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
         pairs, n = size // 2, len(rows_y)
+        template = self._fixed_budget_clone(len(y), n // 2)  # not None: ``fit`` refused the cases without one
         rng = np.random.default_rng(self.seed)
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,
@@ -389,10 +390,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
         the validation part, and no row is predicted by a model whose training stopped on it. None when there
         are too few rows or the model cannot be retrained; a fold whose fit fails numerically gives None too."""
-        model = self._fixed_budget_clone()
+        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
+        model = self._fixed_budget_clone(len(y), len(rows_y) - len(rows_y) // CROSS_FIT_FOLDS)
         if model is None:
             return None
-        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
         if len(rows_y) < max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS):
             return None
         z2 = np.empty(len(rows_y))

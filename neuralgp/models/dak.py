@@ -86,8 +86,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     ``n_projections`` P base GPs on a level-``grid_level`` grid (M = 2^L − 1 points on (0, 1)) with a
     ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P
     (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused).
-    The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE for
-    ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D). ``compile=True`` runs the
+    The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE
+    for ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D). ``compile=True`` runs the
     mini-batch step through torch.compile (``train.compiled``; measured in docs/methods/dak.md).
 
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
@@ -166,9 +166,9 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     def supports_distributed(self) -> bool:
         return not self.finetune  # the pre-training is one process's
 
-    def _fixed_budget_clone(self):
+    def _fixed_budget_clone(self, trained_rows=None, rows=None):
         # max_epochs also sets fine-tuning's pre-training, which early stopping did not choose
-        return None if self.finetune else super()._fixed_budget_clone()
+        return None if self.finetune else super()._fixed_budget_clone(trained_rows, rows)
 
     def _prepare(self, Xt, yt):
         if self.finetune:

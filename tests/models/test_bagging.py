@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from neuralgp import DBKRegressor, load
+from neuralgp import DAKRegressor, DBKRegressor, load
 from neuralgp.datasets.rows import ArrayRows
 from neuralgp.errors import InputError, ParameterError
 from neuralgp.models.base import AUTO_BAG_MEMBERS, CROSS_FIT_BELOW, bag_z2, recalibration_scale, z2_moments
@@ -130,3 +130,15 @@ def test_auto_bags_exactly_where_alpha_would_be_cross_fitted():
     assert large.recalibrated_by_ == "validation" and not hasattr(large, "members_")
     for other in ({"recalibration": "validation"}, {"recalibration": False}):  # no cross-fitting, no bag
         assert not hasattr(DBKRegressor(**{**params, **other}).fit(X[:101], y[:101], X[101:], y[101:]), "members_")
+
+
+def test_dak_bags_its_mini_batch_fits_for_as_many_steps(tmp_path):
+    X, y = toy(100)
+    model = DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, batch_size=16, max_epochs=40, eval_every=5,
+                         lr=1e-2, validation_fraction=0.2, verbose=False, bagging=2).fit(X, y)
+    assert model.recalibrated_by_ == "bag" and len(model.members_) == 2
+    # 80 training rows are 5 batches of 16 an epoch, a half of all 100 rows 4: as many steps in 5/4 the epochs
+    assert {m.max_epochs for m in model.members_} == {round(model.train_log_.best_step * 5 / 4)}
+    model.save(tmp_path / "dak-bag.pt")
+    np.testing.assert_allclose(load(tmp_path / "dak-bag.pt").predict(X, return_std=True),
+                               model.predict(X, return_std=True))

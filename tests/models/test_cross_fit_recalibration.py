@@ -59,7 +59,7 @@ def test_a_failing_refit_falls_back_to_the_validation_part(monkeypatch):
         def fit(self, X, y):
             raise FloatingPointError("Cholesky failed")
 
-    monkeypatch.setattr(DBKRegressor, "_fixed_budget_clone", lambda self: Failing())
+    monkeypatch.setattr(DBKRegressor, "_fixed_budget_clone", lambda self, *rows: Failing())
     model = DBKRegressor(**SMALL).fit(*toy(120))
     assert model.recalibrated_by_ == "validation" and model.variance_scale != 1.0
 
