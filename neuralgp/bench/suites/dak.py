@@ -85,7 +85,7 @@ for _line in _T2.strip().splitlines():
 # P = 16, M = 7 (level 3 on (0, 1)), Laplace lengthscale 1 (its code), noise 0.01 (the paper fixes it; ours is
 # learned from there), a Gaussian predictive (the library's default since 2026-11-29 is the Student-t)
 PAPER_DAK = {"lr": 1e-3, "max_epochs": 100, "batch_size": 512, "noise_init": 0.01, "lengthscale": 1.0,
-             "predictive": "gaussian"}
+             "predictive": "gaussian", "bagging": 0}
 PAPER_NN = {"lr": 1e-3, "max_epochs": 100, "batch_size": 512}
 # NN+SVGP: GPyTorch SVGP, RBF kernel, 64 inducing points on the network's D_w = 64 outputs, trained jointly; our
 # SVDKL with an MLP backbone D → 64 → 64 → 64 (the paper's second layer has 32 units)
