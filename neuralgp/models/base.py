@@ -127,6 +127,27 @@ def device_memory_gb(device) -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
+def _mode_count(y: np.ndarray) -> int:
+    return int(np.unique(y, return_counts=True)[1].max())
+
+
+def halves_can_vary(y: np.ndarray) -> bool:
+    """Whether the rows with targets y split into two halves that each hold two different targets (a member cannot
+    fit constant targets): at least 4 rows, 2 of them off the most common value (count data: 23 rows of mostly 0)."""
+    return len(y) >= 4 and len(y) - _mode_count(y) >= 2
+
+
+def varying_halves(y: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """The two halves of a random permutation of the rows, redrawn while one has constant targets (only then: the
+    first draw is kept whenever it will do). With ``halves_can_vary(y)`` a draw does with probability about 1/2 or
+    more (the two off-mode rows fall in different halves)."""
+    for _ in range(1000):
+        halves = np.array_split(rng.permutation(len(y)), 2)
+        if all(np.ptp(y[half]) > 0 for half in halves):
+            return halves
+    raise InputError("no split of the rows into two halves with varying targets was found in 1000 draws")
+
+
 def z2_moments(z2: np.ndarray) -> tuple[float, float, int]:
     """(mean z², mean z⁴, rows) of squared z-scores: what ``recalibration_scale`` takes."""
     return float(z2.mean()), float((z2 ** 2).mean()), len(z2)
@@ -280,9 +301,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 raise InputError(f"{xn} has {X_val.shape[1]} features but X has {X.shape[1]}")
         else:
             X, y, X_val, y_val = self._hold_out_validation(X, y)
-        n_rows = len(y) + (0 if y_val is None else len(y_val))
-        if self._bag_asked() and n_rows < 4:
-            raise InputError(f"bagging fits its members on halves of the rows: it needs at least 4, got {n_rows}")
+        rows_y = y if y_val is None else np.concatenate([y, y_val])
+        if self._bag_asked() and not halves_can_vary(rows_y):
+            raise InputError(f"bagging={self.bagging} fits its members on halves of the rows, each with varying "
+                             f"targets: that needs at least 4 rows and 2 off the most common target value, got "
+                             f"{len(rows_y)} rows, {len(rows_y) - _mode_count(rows_y)} off it; use bagging=0")
         for attr in ("x_scaler_", "members_", *RECALIBRATION_STATE):  # no half fit
             self.__dict__.pop(attr, None)
         x_scaler = Scaler(self.input_scaling).fit(X, across_workers=True)
@@ -293,7 +316,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
-        members = self._bag_members(n_rows, n_val)
+        members = self._bag_members(rows_y, n_val)
         if members:
             try:
                 return self._fit_bag(X, y, X_val, y_val, members)
@@ -344,17 +367,18 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         """Whether ``bagging`` is a number of members (not 0, nor "auto", which bags only where it can)."""
         return getattr(self, "bagging", 0) not in (0, "auto")
 
-    def _bag_members(self, n_rows: int, n_val: int) -> int:
-        """How many members ``fit`` bags: ``bagging``, or for "auto" ``AUTO_BAG_MEMBERS`` exactly where cross-fitting
-        would set α (``_cross_fit_z2``: a validation part of 1 to ``CROSS_FIT_BELOW`` − 1 rows, recalibration on, one
-        process, a model that can retrain, enough rows), else 0."""
+    def _bag_members(self, rows_y: np.ndarray, n_val: int) -> int:
+        """How many members ``fit`` bags for the targets ``rows_y`` of all its rows: ``bagging``, or for "auto"
+        ``AUTO_BAG_MEMBERS`` exactly where cross-fitting would set α (``_cross_fit_z2``: a validation part of 1 to
+        ``CROSS_FIT_BELOW`` − 1 rows, recalibration on, one process, a model that can retrain, enough rows) and
+        the halves can have varying targets (``halves_can_vary``), else 0."""
         bagging = getattr(self, "bagging", 0)
         if bagging != "auto":
             return int(bagging)
         crossfits = (0 < n_val < CROSS_FIT_BELOW and self.recalibrates_on_validation()
                      and not distributed.is_distributed() and self._fixed_budget_clone() is not None
-                     and n_rows >= max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS))
-        return AUTO_BAG_MEMBERS if crossfits else 0
+                     and len(rows_y) >= max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS))
+        return AUTO_BAG_MEMBERS if crossfits and halves_can_vary(rows_y) else 0
 
     def _fit_bag(self, X, y, X_val, y_val, size: int):
         """``size`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
@@ -369,7 +393,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,
                          disable=not getattr(self, "verbose", False)):
-            halves = np.array_split(rng.permutation(n), 2)
+            halves = varying_halves(rows_y, rng)
             for side, kept in enumerate(halves):
                 left_out = halves[1 - side]
                 member = clone(template).set_params(bagging=0, seed=self.seed * 100 + 2 * pair + side)
@@ -389,7 +413,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         ``CROSS_FIT_FOLDS`` folds drawn with ``seed``: each fold predicted by ``_fixed_budget_clone`` fitted on
         the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
         the validation part, and no row is predicted by a model whose training stopped on it. None when there
-        are too few rows or the model cannot be retrained; a fold whose fit fails numerically gives None too."""
+        are too few rows or the model cannot be retrained; a fold whose fit fails numerically, or whose kept rows
+        have one target value, gives None too."""
         rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
         model = self._fixed_budget_clone(len(y), len(rows_y) - len(rows_y) // CROSS_FIT_FOLDS)
         if model is None:
@@ -401,6 +426,8 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         for held in tqdm(folds, desc="cross-fitting the variance scale", unit="fold", leave=False,
                          disable=not getattr(self, "verbose", False)):
             kept = np.setdiff1d(np.arange(len(rows_y)), held)
+            if np.ptp(rows_y[kept]) == 0:  # count data whose few off-mode rows are all held out: nothing to fit
+                return None
             try:
                 mean, std = model.fit(rows_X[kept], rows_y[kept]).predict(rows_X[held], return_std=True)
             except (FloatingPointError, torch.linalg.LinAlgError):

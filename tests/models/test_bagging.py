@@ -6,7 +6,8 @@ import pytest
 from neuralgp import DAKRegressor, DBKRegressor, load
 from neuralgp.datasets.rows import ArrayRows
 from neuralgp.errors import InputError, ParameterError
-from neuralgp.models.base import AUTO_BAG_MEMBERS, CROSS_FIT_BELOW, bag_z2, recalibration_scale, z2_moments
+from neuralgp.models.base import (AUTO_BAG_MEMBERS, CROSS_FIT_BELOW, bag_z2, halves_can_vary, recalibration_scale,
+                                 varying_halves, z2_moments)
 
 SMALL = dict(rank=16, hidden=32, max_iter=120, eval_every=10, verbose=False, lr=1e-2, validation_fraction=0.2)
 
@@ -94,6 +95,24 @@ def test_bag_refusals(bag):
         DBKRegressor(**SMALL, bagging=2, recalibration="validation").fit(X, y)
     with pytest.raises(InputError, match="at least 4"):
         DBKRegressor(**SMALL, bagging=2).fit(X[:3], y[:3])
+    one_off = np.r_[np.zeros(39), 1.0]  # every split leaves one half with constant targets
+    with pytest.raises(InputError, match="1 off it; use bagging=0"):
+        DBKRegressor(**SMALL, bagging=2).fit(X[:40], one_off)
+
+
+@pytest.mark.cross_fit
+def test_count_targets_get_halves_that_vary_and_auto_cross_fits_where_none_can():
+    rng = np.random.default_rng(0)
+    counts = (rng.uniform(size=24) < 0.15).astype(float)  # mostly 0, as uci/challenger's O-ring failures
+    counts[:2] = 1.0
+    assert halves_can_vary(counts)
+    for _ in range(50):
+        assert all(np.ptp(counts[half]) > 0 for half in varying_halves(counts, rng))
+    assert not halves_can_vary(np.r_[np.zeros(39), 1.0]) and not halves_can_vary(np.array([0.0, 1.0, 2.0]))
+    # one off-mode row in all 40: no bag, and no cross-fit (the fold that holds it out is constant)
+    X, y = toy(40)[0], np.r_[np.zeros(31), 1.0, np.zeros(8)]
+    model = DBKRegressor(**{**SMALL, "max_iter": 20}, bagging="auto").fit(X[:32], y[:32], X[32:], y[32:])
+    assert not hasattr(model, "members_") and getattr(model, "recalibrated_by_", None) != "cross_fit"
 
 
 def test_a_failing_member_leaves_no_half_fitted_bag(monkeypatch):
