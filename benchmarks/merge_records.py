@@ -1,5 +1,6 @@
 """Merge the records of ``benchmarks/bench_parallel.sh`` runs into a suite's results, replacing any record of the same
-(model, dataset, split); then ``neuralgp bench SUITE --report-only --out DIR`` rewrites the table.
+(model, dataset, split) (where two runs hold one, the later RUN_DIR's wins); then ``neuralgp bench SUITE
+--report-only --out DIR`` rewrites the table.
 
     python benchmarks/merge_records.py DEST/results.jsonl RUN_DIR [RUN_DIR ...]
 """
@@ -16,9 +17,9 @@ def key(line):
 
 
 def main(dest, *run_dirs):
-    new = [line if line.endswith("\n") else line + "\n" for d in run_dirs
-           for f in sorted(glob.glob(f"{d}/jobs/*/results.jsonl")) for line in open(f) if line.strip()]
-    replaced = {key(line) for line in new}
+    latest = {key(line): line if line.endswith("\n") else line + "\n" for d in run_dirs  # a later RUN_DIR wins
+              for f in sorted(glob.glob(f"{d}/jobs/*/results.jsonl")) for line in open(f) if line.strip()}
+    new, replaced = list(latest.values()), latest.keys()
     old = [line for line in open(dest) if line.strip()]
     keep = [line for line in old if key(line) not in replaced]
     with open(f"{dest}.tmp", "w") as fh:  # all or nothing: an interrupted merge leaves DEST as it was
