@@ -98,7 +98,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     ``bagging="auto"`` (the default since 2026-11-29): where α would be cross-fitted (a validation part under 100
     rows), a bag of 8 members refitted on halves of the rows predicts instead of the single fit, at cross-fitting's
     cost (``NeuralGPRegressor._fit_bag``, as ``DBKRegressor(bagging=8)``): the members' disagreement widens the bands
-    where the mean-field last layer's do not; calibrated on 2 more small sets, lower NLL on 12 of 16, higher RMSE on
+    where the mean-field last layer's do not; calibrated on 2 more small sets, lower NLL on 11 of 16, higher RMSE on
     the smooth ones (docs/methods/dak.md, "A bag on small data"). ``bagging=0``: the single fit; an even M: M members.
     """
 
