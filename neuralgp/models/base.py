@@ -145,7 +145,8 @@ def varying_halves(y: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         halves = np.array_split(rng.permutation(len(y)), 2)
         if all(np.ptp(y[half]) > 0 for half in halves):
             return halves
-    raise InputError("no split of the rows into two halves with varying targets was found in 1000 draws")
+    raise InputError("no split of the rows into two halves with varying targets was found in 1000 draws; "
+                     "use bagging=0")
 
 
 def z2_moments(z2: np.ndarray) -> tuple[float, float, int]:
