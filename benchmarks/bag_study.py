@@ -51,7 +51,9 @@ def run(out: str, jobs: list[str]):
 
             t0 = time.perf_counter()
             with mock.patch.object(base, "bag_z2", keep):
-                model.set_params(bagging=MEMBERS)._fit_bag(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+                model.set_params(bagging=MEMBERS)._fit_bag(np.concatenate([ds.X_train, ds.X_val]),
+                                                           np.concatenate([ds.y_train, ds.y_val]),
+                                                           len(ds.y_train), MEMBERS)
             members = [m.predict_dist(ds.X_test) for m in model.members_]
             np.savez(f"{out}.{record['dataset'].replace('/', '_')}_{record['split']}.npz", **oob,
                      y_test=ds.y_test, sd=ds.y_train.std(), test_mean=np.array([d["mean"] for d in members]),

@@ -317,10 +317,11 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         # fitted only once training succeeded: a failed fit leaves no half-fitted model behind
         self.n_features_in_, self.y_scaler_, self.x_scaler_ = X.shape[1], y_scaler, x_scaler
         n_val = distributed.total_count(0 if X_val is None else len(y_val))
+        rows_X = lambda: X if X_val is None else np.concatenate([X, X_val])  # noqa: E731  (only where refitted)
         members = self._bag_members(rows_y, n_val)
         if members:
             try:
-                return self._fit_bag(X, y, X_val, y_val, members)
+                return self._fit_bag(rows_X(), rows_y, len(y), members)
             except BaseException:
                 self.__dict__.pop("x_scaler_", None)  # a member's failure leaves no half-fitted bag behind
                 raise
@@ -328,7 +329,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             return self
         rule, z2, gamma = None, None, 1.0
         if n_val < CROSS_FIT_BELOW and not distributed.is_distributed():
-            rule, z2 = "cross_fit", self._cross_fit_z2(X, y, X_val, y_val)
+            rule, z2 = "cross_fit", self._cross_fit_z2(rows_X(), rows_y, len(y))
         if z2 is None and n_val >= MIN_RECALIBRATION_POINTS:
             rule, z2, gamma = "validation", self._held_out_z2(X_val, y_val), self._selection_optimism()
         self._apply_recalibration(None if z2 is None else self._pooled_moments(z2), rule, gamma)
@@ -381,15 +382,15 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                      and len(rows_y) >= max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS))
         return AUTO_BAG_MEMBERS if crossfits and halves_can_vary(rows_y) else 0
 
-    def _fit_bag(self, X, y, X_val, y_val, size: int):
+    def _fit_bag(self, rows_X, rows_y, trained_rows: int, size: int):
         """``size`` = M members (``members_``), in M/2 pairs: each pair is ``_fixed_budget_clone`` fitted on the
-        two halves of a random split (drawn with ``seed``) of the training and validation rows, so every row is out
-        of bag for M/2 members. The bag predicts the t of the members' mean and variance; when the model
-        recalibrates, α and the t's shape come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_``
-        = "bag"). Costs M/2 fits on all the rows, about what cross-fitting costs at M = 8."""
-        rows_X, rows_y = (X, y) if X_val is None else (np.concatenate([X, X_val]), np.concatenate([y, y_val]))
+        two halves of a random split (drawn with ``seed``) of all the rows (``rows_X``, ``rows_y``: training and
+        validation; the fit trained on the first ``trained_rows``), so every row is out of bag for M/2 members.
+        The bag predicts the t of the members' mean and variance; when the model recalibrates, α and the t's shape
+        come from the out-of-bag predictions (``bag_z2``; ``recalibrated_by_`` = "bag"). Costs M/2 fits on all
+        the rows, about what cross-fitting costs at M = 8."""
         pairs, n = size // 2, len(rows_y)
-        template = self._fixed_budget_clone(len(y), n // 2)  # not None: ``fit`` refused the cases without one
+        template = self._fixed_budget_clone(trained_rows, n // 2)  # not None: ``fit`` refused the cases without one
         rng = np.random.default_rng(self.seed)
         members, oob_mean, oob_var = [], np.empty((pairs, n)), np.empty((pairs, n))
         for pair in tqdm(range(pairs), desc="bagging", unit="pair", leave=False,
@@ -409,15 +410,14 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
                 self._fit_predictive_shape(shape_z2 / recalibration_scale(*z2_moments(shape_z2)))
         return self
 
-    def _cross_fit_z2(self, X, y, X_val, y_val):
-        """The squared out-of-fold z-scores of the training and validation rows together, in
-        ``CROSS_FIT_FOLDS`` folds drawn with ``seed``: each fold predicted by ``_fixed_budget_clone`` fitted on
-        the other folds. Every row is held out once, so α rests on all of them rather than on the few dozen of
-        the validation part, and no row is predicted by a model whose training stopped on it. None when there
-        are too few rows or the model cannot be retrained; a fold whose fit fails numerically, or whose kept rows
-        have one target value, gives None too."""
-        rows_X, rows_y = np.concatenate([X, X_val]), np.concatenate([y, y_val])
-        model = self._fixed_budget_clone(len(y), len(rows_y) - len(rows_y) // CROSS_FIT_FOLDS)
+    def _cross_fit_z2(self, rows_X, rows_y, trained_rows: int):
+        """The squared out-of-fold z-scores of all the rows (``rows_X``, ``rows_y``: training and validation; the
+        fit trained on the first ``trained_rows``), in ``CROSS_FIT_FOLDS`` folds drawn with ``seed``: each fold
+        predicted by ``_fixed_budget_clone`` fitted on the other folds. Every row is held out once, so α rests on
+        all of them rather than on the few dozen of the validation part, and no row is predicted by a model whose
+        training stopped on it. None when there are too few rows or the model cannot be retrained; a fold whose
+        fit fails numerically, or whose kept rows have one target value, gives None too."""
+        model = self._fixed_budget_clone(trained_rows, len(rows_y) - len(rows_y) // CROSS_FIT_FOLDS)
         if model is None:
             return None
         if len(rows_y) < max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS):

@@ -19,7 +19,9 @@ from neuralgp.posterior import ExactPosterior, GaussianLikelihood, elbo, make_we
 from neuralgp.posterior.correction import correction_scale, trace_penalty
 from neuralgp.posterior.objectives import blockwise_exact_backward, chunked_exact_backward
 from neuralgp.posterior.positive import Positive
-from neuralgp.train import adam, compiled, minibatch_epoch, train
+from neuralgp.train import adam, compiled, minibatch_epoch, steps_per_epoch, train
+
+SVI_MIN_BATCH = 2  # a batch of one has no trace term: mini-batch training skips it
 
 
 class WeightSpaceModule(nn.Module):
@@ -73,8 +75,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             return self._clone_for_refit(max_iter=self.train_log_.best_step)
         epochs = self.train_log_.best_step
         if trained_rows and rows:
-            steps_per_epoch = lambda n: -(-n // min(int(self.batch_size), n))  # noqa: E731  (minibatch_epoch's)
-            epochs = round(epochs * steps_per_epoch(trained_rows) / steps_per_epoch(rows))
+            steps = lambda n: steps_per_epoch(n, int(self.batch_size), min(SVI_MIN_BATCH, n))  # noqa: E731
+            epochs = round(epochs * steps(trained_rows) / steps(rows))
         return self._clone_for_refit(max_epochs=epochs)
 
     def _clone_for_refit(self, **budget):
@@ -154,8 +156,9 @@ class WeightSpaceRegressor(NeuralGPRegressor):
 
         batch_loss = compiled(lambda idx: -self._svi_objective(Xt[idx], yt[idx], n) / n, opt, self.compile)
 
-        def epoch():  # a batch of one has no trace term: skip it (it joins the next permutation)
-            return minibatch_epoch(batch_loss, n_local, batch, gen, opt, min_batch=min(2, n_local), **shared)
+        def epoch():  # a last batch under SVI_MIN_BATCH joins the next permutation
+            return minibatch_epoch(batch_loss, n_local, batch, gen, opt, min_batch=min(SVI_MIN_BATCH, n_local),
+                                   **shared)
 
         validate = None
         if val is not None:

@@ -58,6 +58,13 @@ def compiled(batch_loss, optimizer, enabled: bool = True):
     return call
 
 
+def steps_per_epoch(n: int, batch_size: int, min_batch: int = 1) -> int:
+    """The optimiser steps ``minibatch_epoch`` takes on n rows in one process: its full batches, and the last one
+    unless it is smaller than ``min_batch``."""
+    size = min(batch_size, n)
+    return n // size + (n % size >= max(min_batch, 1))
+
+
 def minibatch_epoch(batch_loss, n: int, batch_size: int, generator: torch.Generator, optimizer,
                     min_batch: int = 1, n_batches: int | None = None, after_backward=None) -> float:
     """One optimiser step per batch of a random permutation of range(n); returns the mean loss.
