@@ -29,7 +29,10 @@ def run_demo(out_dir="demo_output", n: int = 1000, max_iter: int = 3000, seed: i
     grid = np.linspace(-1, 1, 400)
     rows, panels = [], []
     for label, kwargs in VARIANTS:
-        model = DBKRegressor(backbone="mlp", rank=128, max_iter=max_iter, seed=seed, verbose=verbose, **kwargs)
+        # bagging=0: the kernel panels show one fit's features (a bag would form at n < 1000: a validation part
+        # under 100 rows)
+        model = DBKRegressor(backbone="mlp", rank=128, max_iter=max_iter, seed=seed, verbose=verbose, bagging=0,
+                             **kwargs)
         t0 = time.perf_counter()
         model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
         seconds = time.perf_counter() - t0

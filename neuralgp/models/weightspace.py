@@ -225,7 +225,8 @@ class WeightSpaceRegressor(NeuralGPRegressor):
         """Φ for raw X, in the units of y: predictions are the GP with k(x, x') = features(x)·features(x')
         (including any ``recalibrate`` factor)."""
         if getattr(self, "members_", None):
-            raise InputError("a bag predicts from its members' kernels, not this fit's: use members_[i].features(X)")
+            raise InputError("a bag predicts from its members' kernels, not this fit's: use members_[i].features(X), "
+                             "or fit with bagging=0")
         Xt = self._tensor(self._scaled_inputs(X), device=self.device)
         with torch.no_grad():
             phi = map_rows(self.module_, Xt)

@@ -151,6 +151,18 @@ def test_auto_bags_exactly_where_alpha_would_be_cross_fitted():
         assert not hasattr(DBKRegressor(**{**params, **other}).fit(X[:101], y[:101], X[101:], y[101:]), "members_")
 
 
+@pytest.mark.cross_fit
+def test_exact_dbk_bags_by_default_where_alpha_would_be_cross_fitted_svdbk_does_not():
+    X, y = toy(120)
+    params = {**SMALL, "max_iter": 20}
+    del params["validation_fraction"]
+    assert DBKRegressor().bagging == "auto"
+    model = DBKRegressor(**params).fit(X[:100], y[:100], X[100:], y[100:])  # 20 validation rows
+    assert model.recalibrated_by_ == "bag" and len(model.members_) == AUTO_BAG_MEMBERS
+    svi = DBKRegressor(**params, inference="svi", batch_size=32, max_epochs=5).fit(X[:100], y[:100], X[100:], y[100:])
+    assert svi.recalibrated_by_ == "cross_fit" and not hasattr(svi, "members_")
+
+
 def test_dak_bags_its_mini_batch_fits_for_as_many_steps(tmp_path):
     X, y = toy(100)
     model = DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, batch_size=16, max_epochs=40, eval_every=5,

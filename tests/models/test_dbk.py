@@ -281,7 +281,7 @@ def test_too_few_validation_points_leave_the_variances_unscaled():
     model = DBKRegressor(**params).fit(X[:31], y[:31], X[31:], y[31:])  # 9 validation points: no usable α
     assert model.variance_scale == 1.0
     assert DBKRegressor(**params).fit(X[:30], y[:30], X[30:], y[30:]).variance_scale != 1.0  # 10 points: scaled
-    cross_fit = DBKRegressor(**SMALL).fit(X[:31], y[:31], X[31:], y[31:])  # by default: α on all 40 rows
+    cross_fit = DBKRegressor(**SMALL, bagging=0).fit(X[:31], y[:31], X[31:], y[31:])  # α on all 40 rows
     assert cross_fit.recalibrated_by_ == "cross_fit" and cross_fit.variance_scale != 1.0
 
 

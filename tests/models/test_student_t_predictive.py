@@ -56,7 +56,7 @@ def test_cross_fitted_alpha_fits_nu_on_the_out_of_fold_z_scores(monkeypatch):
         return seen["z2"]
 
     monkeypatch.setattr(DBKRegressor, "_cross_fit_z2", spy)
-    model = DBKRegressor(**DBK, validation_fraction=0.2, predictive="student_t").fit(*toy(120))
+    model = DBKRegressor(**DBK, validation_fraction=0.2, predictive="student_t", bagging=0).fit(*toy(120))
     assert model.recalibrated_by_ == "cross_fit"
     assert model.predictive_df == pytest.approx(student_t_df(np.sqrt(seen["z2"] / model.variance_scale)), rel=1e-9)
 

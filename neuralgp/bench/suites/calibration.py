@@ -57,9 +57,6 @@ def _both_fits(label: str, name: str) -> dict:
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
 TWINS = {row: twin for label in WITH_TWINS for row, twin in _twins(label).items()}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
-        # an option, not yet DBK's default: a bag of eight half-data fits (DBKRegressor(bagging=8)); DAK's default
-        # since 2026-11-29 where α would be cross-fitted (bagging="auto")
-        "DBK (bag)": factory("dbk", bagging=8), "DBK (bag; plain fit)": factory("dbk", bagging=8),
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27, mean="krr", one step each
         "Two-stage (KRR mean)": factory("twostage", mean="krr"),
