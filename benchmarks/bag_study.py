@@ -9,7 +9,11 @@ predictions go to OUT.jsonl.SET_SPLIT.npz beside the record, so ``report-alpha``
 same members without refitting: for bags of the first 1, 2, 3 and 4 pairs (2, 4, 6, 8 members), α from
 
 - ``oob``: the plain out-of-bag z² of the k members that predict each row (the rule before ``bag_z2``);
-- ``bag_z2``: the library's, those z² times one factor for the whole bag's smaller error and spread.
+- ``bag_z2``: the library's, those z² times one factor for the whole bag's smaller error and spread;
+- ``winsorised``: ``bag_z2``'s z² capped at their 99th percentile (an α less driven by the out-of-bag tail, which is
+  longer than the test rows' on most sets: the quantiles below);
+- ``t_mle``: α and ν together by the maximum likelihood of a Student-t of variance α on the ``bag_z2`` z-scores
+  (ν down-weights the tail instead of α following it).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/bag_study.py run OUT.jsonl DATASET:SPLIT...
     python benchmarks/bag_study.py report OUT.jsonl...   (a TSV of the fits, then the paired mean changes)
@@ -26,15 +30,17 @@ import time
 from unittest import mock
 
 import numpy as np
+from scipy.optimize import minimize
 
 from fold_ensemble import METRICS, fit_as_the_suite, matched, paired_changes, read_records
 from neuralgp.bench.evaluate import _scores
 from neuralgp.metrics import regression_report
 from neuralgp.models import base
-from neuralgp.models.base import recalibration_scale, student_t_df, z2_moments
+from neuralgp.metrics import nll
+from neuralgp.models.base import MAX_DF, MIN_DF, recalibration_scale, student_t_df, z2_moments
 
 MEMBERS = 8
-RULES = ("oob", "bag_z2")
+RULES = ("oob", "bag_z2", "winsorised", "t_mle")
 QUANTILES = (0.25, 0.5, 0.75, 0.9, 0.98)
 
 
@@ -84,9 +90,15 @@ def scored_rules(fit, pairs: int) -> dict:
     z2, plain = base.bag_z2(y, means, variances)
     alpha_plain = recalibration_scale(*z2_moments(plain))
     df = student_t_df(np.sqrt(plain / alpha_plain))
+    z = np.sqrt(z2)
+    t_mle = minimize(lambda p: nll(z, 0 * z, np.exp(p[0] / 2) + 0 * z, min(MIN_DF + np.exp(p[1]), MAX_DF)),
+                     [np.log(z2.mean()), 1.0], method="Nelder-Mead").x
+    alphas = {"oob": (alpha_plain, df), "bag_z2": (recalibration_scale(*z2_moments(z2)), df),
+              "winsorised": (recalibration_scale(*z2_moments(np.minimum(z2, np.quantile(z2, 0.99)))), df),
+              "t_mle": (np.exp(t_mle[0]), min(MIN_DF + np.exp(t_mle[1]), MAX_DF))}
     centre, variance = matched(fit["test_mean"][:2 * pairs], fit["test_var"][:2 * pairs])
     y_test, sd, out = fit["y_test"], float(fit["sd"]), {}
-    for rule, alpha in zip(RULES, (alpha_plain, recalibration_scale(*z2_moments(z2)))):
+    for rule, (alpha, df) in alphas.items():
         scores = regression_report(y_test / sd, centre / sd, np.sqrt(alpha * variance) / sd, df)  # as _scores
         out[rule] = (scores["nll"], scores["mean_z2"], scores["coverage_95"])
     return out
