@@ -1,9 +1,9 @@
 """Which variance scale α calibrates DBK's bag (``DBKRegressor(bagging=8)``)? The study behind ``bag_z2``.
 
-``run`` fits the calibration suite's row "DBK" on DATASET:SPLIT (``fold_ensemble.fit_as_the_suite``) — the single
-fit, scored on the test part — then turns that fitted model into the bag exactly as ``fit`` does with bagging=8
-(``NeuralGPRegressor._fit_bag``: four pairs of members refitted on complementary halves of all rows for the steps
-early stopping kept) and scores the bag. Only fits whose α was cross-fitted (validation part under 100 rows), where
+``run`` fits the calibration suite's row "DBK" on DATASET:SPLIT (``fold_ensemble.fit_as_the_suite``; ``run-plain``:
+"DBK (plain fit)") — the single fit, scored on the test part — then turns that fitted model into the bag exactly
+as ``fit`` does with bagging=8 (``NeuralGPRegressor._fit_bag``: four pairs of members refitted on complementary
+halves of all rows for the steps early stopping kept) and scores the bag. Only fits whose α was cross-fitted (validation part under 100 rows), where
 the bag costs what cross-fitting does. The out-of-bag predictions that ``bag_z2`` receives and the members' test
 predictions go to OUT.jsonl.SET_SPLIT.npz beside the record, so ``report-alpha`` can score other α rules on the
 same members without refitting: for bags of the first 1, 2, 3 and 4 pairs (2, 4, 6, 8 members), α from
@@ -16,6 +16,7 @@ same members without refitting: for bags of the first 1, 2, 3 and 4 pairs (2, 4,
   (ν down-weights the tail instead of α following it).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/bag_study.py run OUT.jsonl DATASET:SPLIT...
+    (or run-plain: the same for the plain fit)
     python benchmarks/bag_study.py report OUT.jsonl...   (a TSV of the fits, then the paired mean changes)
     python benchmarks/bag_study.py report-alpha OUT.jsonl...   (per set: pooled test z², coverage, NLL change)
 """
@@ -44,9 +45,9 @@ RULES = ("oob", "bag_z2", "winsorised", "t_mle")
 QUANTILES = (0.25, 0.5, 0.75, 0.9, 0.98)
 
 
-def run(out: str, jobs: list[str]):
+def run(out: str, jobs: list[str], plain: bool = False):
     for job in jobs:
-        ds, model, record, (mean, std), _ = fit_as_the_suite(job)
+        ds, model, record, (mean, std), _ = fit_as_the_suite(job, plain=plain)
         record["single"] = {k: _scores(ds, mean, std, model.predictive_df)[k] for k in METRICS}
         if record["rule"] == "cross_fit":
             oob, library_rule = {}, base.bag_z2
@@ -56,10 +57,12 @@ def run(out: str, jobs: list[str]):
                 return library_rule(y, means, variances)
 
             t0 = time.perf_counter()
-            with mock.patch.object(base, "bag_z2", keep):
-                model.set_params(bagging=MEMBERS)._fit_bag(np.concatenate([ds.X_train, ds.X_val]),
-                                                           np.concatenate([ds.y_train, ds.y_val]),
-                                                           len(ds.y_train), MEMBERS)
+            X_tr, y_tr, X_val, y_val = (model._hold_out_validation(np.concatenate([ds.X_train, ds.X_val]),
+                                                                   np.concatenate([ds.y_train, ds.y_val]))
+                                        if plain else (ds.X_train, ds.y_train, ds.X_val, ds.y_val))
+            with mock.patch.object(base, "bag_z2", keep):  # the rows in fit's order: the same halves as its bag
+                model.set_params(bagging=MEMBERS)._fit_bag(np.concatenate([X_tr, X_val]),
+                                                           np.concatenate([y_tr, y_val]), len(y_tr), MEMBERS)
             members = [m.predict_dist(ds.X_test) for m in model.members_]
             np.savez(f"{out}.{record['dataset'].replace('/', '_')}_{record['split']}.npz", **oob,
                      y_test=ds.y_test, sd=ds.y_train.std(), test_mean=np.array([d["mean"] for d in members]),
@@ -151,7 +154,11 @@ def report_alpha(paths: list[str]):
 
 
 if __name__ == "__main__":
-    commands = {"run": run, "report": report, "report-alpha": report_alpha}
+    commands = {"run": run, "run-plain": lambda out, jobs: run(out, jobs, plain=True), "report": report,
+                "report-alpha": report_alpha}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
-    commands[sys.argv[1]](*sys.argv[2:3], sys.argv[3:]) if sys.argv[1] == "run" else commands[sys.argv[1]](sys.argv[2:])
+    if sys.argv[1].startswith("run"):
+        commands[sys.argv[1]](sys.argv[2], sys.argv[3:])
+    else:
+        commands[sys.argv[1]](sys.argv[2:])

@@ -73,15 +73,20 @@ def matched(means, variances):
     return means.mean(0), variances.mean(0) + means.var(0)
 
 
-def fit_as_the_suite(job: str, keep_folds: bool = False):
-    """The calibration suite's row "DBK" fitted on DATASET:SPLIT: (the split, the fitted model, the record's first
-    fields, its test predictions (mean, std), the fold models cross-fitting kept when ``keep_folds``, else None)."""
+def fit_as_the_suite(job: str, keep_folds: bool = False, plain: bool = False):
+    """The single fit (``bagging=0``) of the calibration suite's row "DBK" — or with ``plain``, "DBK (plain fit)":
+    ``fit`` on the training and validation parts together — on DATASET:SPLIT: (the split, the fitted model, the
+    record's first fields, its test predictions (mean, std), the fold models cross-fitting kept when
+    ``keep_folds``, else None)."""
     dataset, split = job.rsplit(":", 1)
     ds = load(dataset, split=split_of(dataset, int(split)), seed=int(split))
-    model = build("dbk", verbose=False, max_time=60, seed=int(split))
+    model = build("dbk", verbose=False, max_time=60, seed=int(split), bagging=0)
     folds = keep_fold_models(model) if keep_folds else None
     t0 = time.perf_counter()
-    model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
+    if plain:
+        model.fit(np.concatenate([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val]))
+    else:
+        model.fit(ds.X_train, ds.y_train, ds.X_val, ds.y_val)
     record = {"dataset": dataset, "split": int(split), "seconds": time.perf_counter() - t0,
               "rule": getattr(model, "recalibrated_by_", None)}
     return ds, model, record, model.predict(ds.X_test, return_std=True), folds
