@@ -37,7 +37,7 @@ class DBKRegressor(WeightSpaceRegressor):
     on halves of the rows for the steps early stopping kept predict together exactly where α would be cross-fitted
     (a validation part under 100 rows), in place of cross-fitting and at its cost (``NeuralGPRegressor._fit_bag``;
     their variance scale α from the rows each member did not train on): NLL at most every baseline's on 3 more of
-    the calibration suite's sets (docs/methods/dbk.md, "A bag of half-data fits"). SVI (SVDBK) does not bag by
+    the calibration suite's sets (docs/methods/dbk.md, "The bag by default on small data"). SVI (SVDBK) does not bag by
     default: its bag is not measured. ``bagging=M`` (an even number): M members whatever the size, at M/2 more
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.

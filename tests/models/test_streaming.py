@@ -99,6 +99,7 @@ def test_predictions_stream_to_npy_and_csv_and_no_partial_file_on_error(rows, tm
         model.predict_rows(source, tmp_path / "p.txt")
 
 
+@pytest.mark.cross_fit  # the library's thresholds: a 150-row sample would bag by default, and a bag cannot stream
 def test_cli_fits_on_a_sample_streams_the_rest_and_predicts_files(rows, tmp_path, capsys):
     import json
     source, X, y = rows
