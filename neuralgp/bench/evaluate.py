@@ -94,7 +94,8 @@ def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int =
     ``train_rows`` rows sampled from the rest (in a process group each worker its share, from its own shard), its
     posterior then conditioned on every training row streamed from the source (``fit_posterior``; each worker
     reads its shard), and scored on the test part (read into memory) with targets standardised by the model's
-    target scaler (fitted on the sample)."""
+    target scaler (fitted on the sample). A model with ``bagging="auto"`` is set to 0: a bag has no one posterior
+    to condition."""
     n_train = rows.n_rows - test_rows
     if test_rows < 1 or n_train < 2:
         raise DataError(f"--test-rows {test_rows} leaves no training rows of {rows.n_rows}, or no test rows")
