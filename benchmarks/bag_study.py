@@ -6,7 +6,8 @@ as ``fit`` does with bagging=8 (``NeuralGPRegressor._fit_bag``: four pairs of me
 halves of all rows for the steps early stopping kept) and scores the bag. Only fits whose α was cross-fitted
 (validation part under 100 rows), where the bag costs what cross-fitting does. The out-of-bag predictions that
 ``bag_z2`` receives and the members' test predictions go to OUT.jsonl.SET_SPLIT.npz beside the record, so
-``report-alpha`` can score other α rules on the same members without refitting: for bags of the first 1, 2, 3 and 4 pairs (2, 4, 6, 8 members), α from
+``report-alpha`` can score other α rules on the same members without refitting: for bags of the first 1, 2, 3
+and 4 pairs (2, 4, 6, 8 members), α from
 
 - ``oob``: the plain out-of-bag z² of the k members that predict each row (the rule before ``bag_z2``);
 - ``bag_z2``: the library's, those z² times one factor for the whole bag's smaller error and spread;
