@@ -45,7 +45,7 @@ from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
                              int_tuple, one_of)
 from neuralgp.posterior.dirichlet import dirichlet_targets
-from neuralgp.train import adam, minibatch_epoch, train
+from neuralgp.train import adam, minibatch_epoch, steps_per_epoch, train
 
 NUMERICAL_ERRORS = (NanError, NotPSDError)
 # early stopping's default patience: 2000 optimizer steps (checks every 100), for the mini-batch scheme also at
@@ -396,8 +396,8 @@ class SVGPScheme(GPyTorchRegressor):
         def epoch():
             return minibatch_epoch(batch_loss, n_local, self.batch_size, gen, optimizer, **shared)
 
-        steps_per_epoch = shared.get("n_batches") or math.ceil(n_local / self.batch_size)  # the same on every worker
-        patience = self.patience or max(PATIENCE_EPOCHS, math.ceil(PATIENCE_STEPS / steps_per_epoch))
+        steps = shared.get("n_batches") or steps_per_epoch(n_local, self.batch_size)  # the same on every worker
+        patience = self.patience or max(PATIENCE_EPOCHS, math.ceil(PATIENCE_STEPS / steps))
         return train(modules, epoch, self.max_epochs, validate, eval_every=self.eval_every or 10,
                      patience=patience, verbose=self.verbose, desc=type(self).__name__, unit="epoch",
                      max_seconds=self.max_time, checkpoint=self._checkpoint(optimizer, Xt, yt, None, gen))
