@@ -113,7 +113,8 @@ TABLE2_MODELS = {
     "DAK-CF (defaults)": factory("dak", predictive="gaussian"),
     # the same with a later cap on epochs (early stopping unchanged): for the sets still improving at 1000
     "DAK-CF (≤ 3000 epochs)": factory("dak", max_epochs=3000, predictive="gaussian"),
-    # the network at DAK's default lr 3e-3 for 1000 epochs (DAK stops early within them; the network has no early stopping)
+    # the network at DAK's default lr 3e-3 for 1000 epochs (DAK stops early within them; the network has no early
+    # stopping)
     "NN (1000 epochs)": factory("network", lr=3e-3, max_epochs=1000),
     "DBK": factory("dbk"),
     "SVDBK": factory("svdbk"),
