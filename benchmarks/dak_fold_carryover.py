@@ -57,10 +57,10 @@ def main():
     cls, params = MODELS[args.model]
     print("set\tmodel\tprotocol\tfold\trmse\tnlpd_plus_0693\tcumulative_epochs")
     for name in args.sets:
+        folds = [datasets.load(name, split=f"kfold:{fold}", seed=fold) for fold in range(KFOLDS)]
         for protocol in ("fresh", "carried"):
             module = None
-            for fold in range(KFOLDS):
-                ds = datasets.load(name, split=f"kfold:{fold}", seed=fold)
+            for fold, ds in enumerate(folds):
                 X = np.concatenate([ds.X_train, ds.X_val])
                 y = np.concatenate([ds.y_train, ds.y_val])
                 est = cls(seed=fold, verbose=False, **params)
