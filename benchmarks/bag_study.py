@@ -10,9 +10,10 @@ halves of all rows for the steps early stopping kept) and scores the bag. Only f
 and 4 pairs (2, 4, 6, 8 members), α from
 
 - ``oob``: the plain out-of-bag z² of the k members that predict each row (the rule before ``bag_z2``);
-- ``bag_z2``: the library's, those z² times one factor for the whole bag's smaller error and spread;
-- ``winsorised``: ``bag_z2``'s z² capped at their 99th percentile (an α less driven by the out-of-bag tail, which is
-  longer than the test rows' on most sets: the quantiles below);
+- ``bag_z2``: those z² times one factor for the whole bag's smaller error and spread (the library's until
+  2026-11-30);
+- ``winsorised``: ``bag_z2``'s z² capped at their 99th percentile (``base.winsorised``, the library's since: an α
+  less driven by the out-of-bag tail, which is longer than the test rows' on most sets: the quantiles below);
 - ``t_mle``: α and ν together by the maximum likelihood of a Student-t of variance α on the ``bag_z2`` z-scores
   (ν down-weights the tail instead of α following it).
 
@@ -98,7 +99,7 @@ def scored_rules(fit, pairs: int) -> dict:
     t_mle = minimize(lambda p: nll(z, 0 * z, np.exp(p[0] / 2) + 0 * z, min(MIN_DF + np.exp(p[1]), MAX_DF)),
                      [np.log(z2.mean()), 1.0], method="Nelder-Mead").x
     alphas = {"oob": (alpha_plain, df), "bag_z2": (recalibration_scale(*z2_moments(z2)), df),
-              "winsorised": (recalibration_scale(*z2_moments(np.minimum(z2, np.quantile(z2, 0.99)))), df),
+              "winsorised": (recalibration_scale(*z2_moments(base.winsorised(z2))), df),
               "t_mle": (np.exp(t_mle[0]), min(MIN_DF + np.exp(t_mle[1]), MAX_DF))}
     centre, variance = matched(fit["test_mean"][:2 * pairs], fit["test_var"][:2 * pairs])
     y_test, sd, out = fit["y_test"], float(fit["sd"]), {}

@@ -7,7 +7,7 @@ from neuralgp import DAKRegressor, DBKRegressor, load
 from neuralgp.datasets.rows import ArrayRows
 from neuralgp.errors import InputError, ParameterError
 from neuralgp.models.base import (AUTO_BAG_MEMBERS, CROSS_FIT_BELOW, bag_z2, halves_can_vary, recalibration_scale,
-                                 varying_halves, z2_moments)
+                                 varying_halves, winsorised, z2_moments)
 
 SMALL = dict(rank=16, hidden=32, max_iter=120, eval_every=10, verbose=False, lr=1e-2, validation_fraction=0.2)
 
@@ -40,7 +40,7 @@ def test_members_are_fixed_budget_refits_on_complementary_halves_with_the_out_of
             dist = member.predict_dist(rows_X[halves[1 - side]])
             oob_mean[pair, halves[1 - side]], oob_var[pair, halves[1 - side]] = dist["mean"], dist["var_y"]
     z2, _ = bag_z2(rows_y, oob_mean, oob_var)
-    assert model.variance_scale_ == pytest.approx(recalibration_scale(*z2_moments(z2)), rel=1e-6)
+    assert model.variance_scale_ == pytest.approx(recalibration_scale(*z2_moments(winsorised(z2))), rel=1e-6)
 
 
 def test_the_bag_predicts_its_members_mean_and_variance_plus_spread_times_alpha(bag):
@@ -72,6 +72,19 @@ def test_bag_z2_predicts_the_whole_bags_z2_where_the_out_of_bag_ensembles_do_not
     assert z2.mean() == pytest.approx(bag, rel=0.12)
     assert plain.mean() > 1.15 * bag
     np.testing.assert_allclose(z2 / plain, z2[0] / plain[0])  # one factor over all rows
+
+
+def test_alpha_caps_the_top_percent_of_z2_so_a_few_far_rows_do_not_set_it():
+    rng = np.random.default_rng(0)
+    gaussian = rng.standard_normal(300) ** 2
+    assert winsorised(gaussian).mean() == pytest.approx(gaussian.mean(), rel=0.05)  # within 2 % in expectation
+    tail = gaussian.copy()
+    tail[:3] = 400.0  # three rows that half-data members miss by 20 standard deviations
+    assert tail.mean() > 4 * gaussian.mean()
+    assert winsorised(tail).max() == pytest.approx(np.quantile(tail, 0.99))
+    assert winsorised(tail).mean() < 1.3 * gaussian.mean()
+    np.testing.assert_array_equal(winsorised(gaussian)[gaussian < np.quantile(gaussian, 0.99)],
+                                  gaussian[gaussian < np.quantile(gaussian, 0.99)])
 
 
 def test_save_and_load_keep_the_members(bag, tmp_path):
