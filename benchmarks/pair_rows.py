@@ -1,10 +1,11 @@
 """Two rows of a suite's records on the same splits: per set, RMSE, NLL (Δ ± standard error, on how many splits the
 new row is lower), pooled 95 % coverage / mean z² with the calibration suite's verdict, and the median Student-t ν.
 
-    python benchmarks/pair_rows.py RESULTS.jsonl ROW_NEW ROW_OLD
+    python benchmarks/pair_rows.py RESULTS.jsonl ROW_NEW ROW_OLD [OLD_RESULTS.jsonl]
 
-Used for the Student-t rows against their Gaussian twins (the same fits: ``Suite.gaussian_twins``). Prints a markdown
-table and a one-line summary.
+Used for the Student-t rows against their Gaussian twins (the same fits: ``Suite.gaussian_twins``), and, with
+OLD_RESULTS (ROW_OLD's records are read from there: e.g. ``git show COMMIT:…/results.jsonl``), for a row against its
+own records before a change. Prints a markdown table and a one-line summary.
 """
 
 import collections
@@ -32,8 +33,8 @@ def verdict(records):
     return p, f"{p['coverage_95']:.3f} / {p['mean_z2']:.2f}{'' if calibrated(p) else ' ✗'}"
 
 
-def main(path, new_row, old_row):
-    new, old = by_set(path, new_row), by_set(path, old_row)
+def main(path, new_row, old_row, old_path=None):
+    new, old = by_set(path, new_row), by_set(old_path or path, old_row)
     print(f"| set | splits | RMSE: {old_row} → {new_row} | NLL (Δ ± se, lower on) | cov. / mean z² | ν (median) |")
     print("|---|---|---|---|---|---|")
     counted = lower = 0
@@ -60,6 +61,6 @@ def main(path, new_row, old_row):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     main(*sys.argv[1:])
