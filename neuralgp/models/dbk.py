@@ -46,10 +46,12 @@ class DBKRegressor(WeightSpaceRegressor):
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.
 
-    ``init_hyperparameters=True`` (an option, exact inference with constant-norm features): before training, σ² and
-    the feature scale s take their maximum marginal-likelihood values under the untrained network, frozen
-    (``_prepare``): training, and early stopping's check before the first step, start from that fitted
-    random-feature GP instead of σ² = ``noise_init`` and s = 1.
+    ``init_hyperparameters`` (an option, exact inference with constant-norm features): ``True`` — before training,
+    σ² and the feature scale s take their maximum marginal-likelihood values under the untrained network, frozen
+    (``_prepare``), so training and early stopping's check before the first step start from that fitted
+    random-feature GP instead of σ² = ``noise_init`` and s = 1; ``"if_untrained"`` — training starts as by default,
+    and only where early stopping keeps the untrained state (step 0; a refit for 0 steps too) are its σ² and s
+    then fitted the same way (docs/methods/dbk.md, "A fitted start").
     """
 
     name = "DBK"
@@ -63,7 +65,7 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "init_hyperparameters": BOOL,
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "init_hyperparameters": (BOOL, one_of("if_untrained")),
         **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
@@ -134,11 +136,19 @@ class DBKRegressor(WeightSpaceRegressor):
         return self.inference == "exact"
 
     def _prepare(self, Xt, yt):
-        """``init_hyperparameters``: σ² and s by type-II maximum likelihood, log N(y; 0, s²ΦΦᵀ/s₀² + σ²I) with the
-        untrained features Φ (scale s₀) frozen — two numbers by L-BFGS on the r × r statistics (DBK eq. 5), summed
-        once over the rows (and the workers)."""
-        if not self.init_hyperparameters:
-            return
+        if self.init_hyperparameters and self.init_hyperparameters != "if_untrained":
+            self._fit_hyperparameters(Xt, yt)
+
+    def _fit_exact(self, Xt, yt, val):
+        log = super()._fit_exact(Xt, yt, val)
+        if self.init_hyperparameters == "if_untrained" and log.best_step == 0:
+            self._fit_hyperparameters(Xt, yt)
+        return log
+
+    def _fit_hyperparameters(self, Xt, yt):
+        """σ² and s by type-II maximum likelihood, log N(y; 0, s²ΦΦᵀ/s₀² + σ²I) with the features Φ (scale s₀) of
+        the network as it is, frozen — two numbers by L-BFGS on the r × r statistics (DBK eq. 5), summed once over
+        the rows (and the workers)."""
         m = self.module_
         stats = distributed.reduce_stats(stream_stats(m, self._in_memory(Xt, yt)()))
         # log σ² and log of the factor on s²; each start: the module's own

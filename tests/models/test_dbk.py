@@ -345,3 +345,20 @@ def test_init_hyperparameters_needs_exact_inference_with_constant_norm_features(
     with pytest.raises(neuralgp.errors.ParameterError, match="init_hyperparameters"):
         model.fit(X, y)
     assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted
+
+
+def test_init_hyperparameters_if_untrained_changes_only_a_kept_untrained_state():
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, (80, 2))
+    y = X[:, 0] + 0.5 * rng.standard_normal(80)
+    params = dict(rank=8, hidden=16, validation_fraction=0.0, recalibration=False, bagging=0, verbose=False)
+    for steps in (0, 5):  # training kept for 0 steps (the untrained state), then for 5
+        plain = DBKRegressor(max_iter=steps, **params).fit(X, y)
+        kept = DBKRegressor(max_iter=steps, init_hyperparameters="if_untrained", **params).fit(X, y)
+        fitted = DBKRegressor(max_iter=0, init_hyperparameters=True, **params).fit(X, y)
+        assert kept.train_log_.best_step == steps
+        if steps == 0:  # the untrained state with σ² and s fitted: what True gives before any step
+            assert kept.module_.noise().item() == pytest.approx(fitted.module_.noise().item())
+            assert kept.module_.noise().item() > 0.3
+        else:  # trained: nothing changes
+            assert np.array_equal(kept.predict(X), plain.predict(X))
