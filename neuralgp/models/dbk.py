@@ -46,12 +46,10 @@ class DBKRegressor(WeightSpaceRegressor):
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.
 
-    ``init_hyperparameters`` (an option, exact inference with constant-norm features): ``True`` — before training,
-    σ² and the feature scale s take their maximum marginal-likelihood values under the untrained network, frozen
-    (``_prepare``), so training and early stopping's check before the first step start from that fitted
-    random-feature GP instead of σ² = ``noise_init`` and s = 1; ``"if_untrained"`` — training starts as by default,
-    and only where early stopping keeps the untrained state (step 0; a refit for 0 steps too) are its σ² and s
-    then fitted the same way (docs/methods/dbk.md, "A fitted start").
+    ``refit_untrained=True`` (an option, exact inference with constant-norm features): where early stopping keeps the
+    untrained network (step 0, also a refit for 0 steps), σ² and the feature scale s of that random-feature GP are
+    then fitted by its marginal likelihood, as a GP's hyper-parameters are, instead of staying at ``noise_init`` and
+    1 (``_fit_hyperparameters``; docs/methods/dbk.md, "A fitted start").
     """
 
     name = "DBK"
@@ -65,7 +63,7 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "init_hyperparameters": (BOOL, one_of("if_untrained")),
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "refit_untrained": BOOL,
         **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
@@ -75,7 +73,7 @@ class DBKRegressor(WeightSpaceRegressor):
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="student_t",
-                 bagging="auto", init_hyperparameters=False, seed=0, device="cpu", verbose=True, checkpoint=None,
+                 bagging="auto", refit_untrained=False, seed=0, device="cpu", verbose=True, checkpoint=None,
                  checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone
@@ -106,7 +104,7 @@ class DBKRegressor(WeightSpaceRegressor):
         self.recalibration = recalibration
         self.predictive = predictive
         self.bagging = bagging
-        self.init_hyperparameters = init_hyperparameters
+        self.refit_untrained = refit_untrained
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -135,13 +133,9 @@ class DBKRegressor(WeightSpaceRegressor):
     def _is_exact(self) -> bool:
         return self.inference == "exact"
 
-    def _prepare(self, Xt, yt):
-        if self.init_hyperparameters and self.init_hyperparameters != "if_untrained":
-            self._fit_hyperparameters(Xt, yt)
-
     def _fit_exact(self, Xt, yt, val):
         log = super()._fit_exact(Xt, yt, val)
-        if self.init_hyperparameters == "if_untrained" and log.best_step == 0:
+        if self.refit_untrained and log.best_step == 0:
             self._fit_hyperparameters(Xt, yt)
         return log
 
@@ -173,9 +167,9 @@ class DBKRegressor(WeightSpaceRegressor):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
-        if self.init_hyperparameters and not (self._is_exact() and self.uses_normalized_features()):
-            raise ParameterError("init_hyperparameters=True fits σ² and the scale of constant-norm features before "
-                                 "exact training: it needs inference='exact' and normalize_features on (rank >= 2)")
+        if self.refit_untrained and not (self._is_exact() and self.uses_normalized_features()):
+            raise ParameterError("refit_untrained=True fits σ² and the scale of constant-norm features after exact "
+                                 "training: it needs inference='exact' and normalize_features on (rank >= 2)")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)
         if self.uses_normalized_features():
             net = ConstantNorm(net)

@@ -298,6 +298,7 @@ def test_recalibrated_validation_nll_selects_what_fit_returns():
     assert nll(y_val / sd, mean / sd, std / sd) == pytest.approx(model.train_log_.best_val_nll, abs=1e-4)
 
 
+
 def _dense_log_evidence(U, y, noise, scale2):
     """log N(y; 0, scale2 · UUᵀ + noise · I), formed densely."""
     K = scale2 * U @ U.T + noise * np.eye(len(y))
@@ -305,17 +306,17 @@ def _dense_log_evidence(U, y, noise, scale2):
     return -0.5 * (len(y) * np.log(2 * np.pi) + logdet + y @ np.linalg.solve(K, y))
 
 
-def test_init_hyperparameters_maximise_the_dense_marginal_likelihood_of_the_untrained_features():
+def test_refit_untrained_maximises_the_dense_marginal_likelihood_of_the_untrained_features():
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, (60, 3))
     y = np.sin(3 * X[:, 0]) + 0.3 * rng.standard_normal(60)
-    model = DBKRegressor(rank=8, hidden=16, init_hyperparameters=True, seed=0, verbose=False)
+    model = DBKRegressor(rank=8, hidden=16, refit_untrained=True, seed=0, verbose=False)
     torch.manual_seed(0)
     model.module_ = model.build_module(3)
     Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
     with torch.no_grad():
         U = model.module_(Xt).double().numpy() / np.exp(model.module_.net.log_scale.item())  # unit rows
-    model._prepare(Xt, yt)
+    model._fit_hyperparameters(Xt, yt)
     noise, scale2 = model.module_.noise().item(), np.exp(2 * model.module_.net.log_scale.item())
     assert noise != pytest.approx(0.1) and scale2 != pytest.approx(1.0)  # both moved from their initial values
     best = _dense_log_evidence(U, y, noise, scale2)
@@ -325,40 +326,25 @@ def test_init_hyperparameters_maximise_the_dense_marginal_likelihood_of_the_untr
         assert np.allclose(model.module_(Xt).double().numpy(), U * np.sqrt(scale2), atol=1e-5)
 
 
-def test_init_hyperparameters_starts_the_fit_from_the_fitted_random_feature_gp():
-    rng = np.random.default_rng(1)
-    X = rng.uniform(-1, 1, (80, 2))
-    y = X[:, 0] + 0.5 * rng.standard_normal(80)  # noisy: σ² from 0.1 towards 0.25 / var(y)
-    params = dict(rank=8, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
-                  verbose=False)
-    plain = DBKRegressor(**params).fit(X, y)
-    warm = DBKRegressor(init_hyperparameters=True, **params).fit(X, y)
-    assert plain.module_.noise().item() == pytest.approx(0.1)
-    assert warm.module_.noise().item() > 0.3  # the standardised targets' noise share is about 0.5
-    assert warm.n_iter_ == 0
-
-
-@pytest.mark.parametrize("params", [dict(inference="svi"), dict(normalize_features=False)])
-def test_init_hyperparameters_needs_exact_inference_with_constant_norm_features(params):
-    X, y = np.random.default_rng(0).normal(size=(30, 2)), np.arange(30.0)
-    model = DBKRegressor(init_hyperparameters=True, max_iter=1, verbose=False, **params)
-    with pytest.raises(neuralgp.errors.ParameterError, match="init_hyperparameters"):
-        model.fit(X, y)
-    assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted
-
-
-def test_init_hyperparameters_if_untrained_changes_only_a_kept_untrained_state():
+def test_refit_untrained_changes_only_a_kept_untrained_state():
     rng = np.random.default_rng(2)
     X = rng.uniform(-1, 1, (80, 2))
-    y = X[:, 0] + 0.5 * rng.standard_normal(80)
+    y = X[:, 0] + 0.5 * rng.standard_normal(80)  # noisy: the standardised targets' noise share is about 0.5
     params = dict(rank=8, hidden=16, validation_fraction=0.0, recalibration=False, bagging=0, verbose=False)
     for steps in (0, 5):  # training kept for 0 steps (the untrained state), then for 5
         plain = DBKRegressor(max_iter=steps, **params).fit(X, y)
-        kept = DBKRegressor(max_iter=steps, init_hyperparameters="if_untrained", **params).fit(X, y)
-        fitted = DBKRegressor(max_iter=0, init_hyperparameters=True, **params).fit(X, y)
-        assert kept.train_log_.best_step == steps
-        if steps == 0:  # the untrained state with σ² and s fitted: what True gives before any step
-            assert kept.module_.noise().item() == pytest.approx(fitted.module_.noise().item())
-            assert kept.module_.noise().item() > 0.3
+        refit = DBKRegressor(max_iter=steps, refit_untrained=True, **params).fit(X, y)
+        assert refit.train_log_.best_step == plain.train_log_.best_step == steps
+        if steps == 0:  # σ² from noise_init towards the data's noise share
+            assert plain.module_.noise().item() == pytest.approx(0.1) and refit.module_.noise().item() > 0.3
         else:  # trained: nothing changes
-            assert np.array_equal(kept.predict(X), plain.predict(X))
+            assert np.array_equal(refit.predict(X), plain.predict(X))
+
+
+@pytest.mark.parametrize("params", [dict(inference="svi"), dict(normalize_features=False)])
+def test_refit_untrained_needs_exact_inference_with_constant_norm_features(params):
+    X, y = np.random.default_rng(0).normal(size=(30, 2)), np.arange(30.0)
+    model = DBKRegressor(refit_untrained=True, max_iter=1, verbose=False, **params)
+    with pytest.raises(neuralgp.errors.ParameterError, match="refit_untrained"):
+        model.fit(X, y)
+    assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted

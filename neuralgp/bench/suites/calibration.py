@@ -67,11 +67,9 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
-        # DBK variants of one parameter each, screened on 2026-11-30 (docs/methods/dbk.md, "A fitted start")
-        "DBK (ML init)": factory("dbk", init_hyperparameters=True),
-        "DBK (ML init; lr 3e-3)": factory("dbk", init_hyperparameters=True, lr=3e-3),
-        "DBK (ML if untrained)": factory("dbk", init_hyperparameters="if_untrained"),
-        "DBK (plain fit; ML if untrained)": factory("dbk", init_hyperparameters="if_untrained"),
+        # DBK variants of one parameter each, measured on 2026-11-30 (docs/methods/dbk.md, "A fitted start")
+        "DBK (refit untrained)": factory("dbk", refit_untrained=True),
+        "DBK (plain fit; refit untrained)": factory("dbk", refit_untrained=True),
         "DBK (lr 3e-3)": factory("dbk", lr=3e-3),
         "DBK (wd 1e-3)": factory("dbk", weight_decay=1e-3),
         "DBK (standard inputs)": factory("dbk", input_scaling="standard"),
