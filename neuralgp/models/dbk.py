@@ -12,19 +12,15 @@ made this the default. ``normalize_features=False`` is the paper's procedure, ve
 
 from __future__ import annotations
 
-import torch
-
-from neuralgp import distributed
 from neuralgp.chunking import EXACT_TRAIN_ROWS
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
-from neuralgp.errors import ParameterError
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
 from neuralgp.params import (BAGGING, BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE,
                              POSITIVE_INT, PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, one_of)
-from neuralgp.posterior import PRECISIONS, ExactPosterior, inverse_softplus, stream_stats
+from neuralgp.posterior import PRECISIONS
 from neuralgp.posterior.variational import FAMILIES
 
 
@@ -45,11 +41,6 @@ class DBKRegressor(WeightSpaceRegressor):
     default: its bag is not measured. ``bagging=M`` (an even number): M members whatever the size, at M/2 more
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.
-
-    ``refit_untrained=True`` (an option, exact inference with constant-norm features): where early stopping keeps the
-    untrained network (step 0, also a refit for 0 steps), σ² and the feature scale s of that random-feature GP are
-    then fitted by its marginal likelihood, as a GP's hyper-parameters are, instead of staying at ``noise_init`` and
-    1 (``_fit_hyperparameters``; docs/methods/dbk.md, "A fitted start").
     """
 
     name = "DBK"
@@ -63,8 +54,8 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "refit_untrained": BOOL,
-        **CHECKPOINT_RULES, **COMMON_RULES}
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, **CHECKPOINT_RULES,
+        **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
@@ -73,8 +64,7 @@ class DBKRegressor(WeightSpaceRegressor):
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="student_t",
-                 bagging="auto", refit_untrained=False, seed=0, device="cpu", verbose=True, checkpoint=None,
-                 checkpoint_every=100):
+                 bagging="auto", seed=0, device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone
         self.hidden = hidden
@@ -104,7 +94,6 @@ class DBKRegressor(WeightSpaceRegressor):
         self.recalibration = recalibration
         self.predictive = predictive
         self.bagging = bagging
-        self.refit_untrained = refit_untrained
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -133,43 +122,12 @@ class DBKRegressor(WeightSpaceRegressor):
     def _is_exact(self) -> bool:
         return self.inference == "exact"
 
-    def _fit_exact(self, Xt, yt, val):
-        log = super()._fit_exact(Xt, yt, val)
-        if self.refit_untrained and log.best_step == 0:
-            self._fit_hyperparameters(Xt, yt)
-        return log
-
-    def _fit_hyperparameters(self, Xt, yt):
-        """σ² and s by type-II maximum likelihood, log N(y; 0, s²ΦΦᵀ/s₀² + σ²I) with the features Φ (scale s₀) of
-        the network as it is, frozen — two numbers by L-BFGS on the r × r statistics (DBK eq. 5), summed once over
-        the rows (and the workers)."""
-        m = self.module_
-        stats = distributed.reduce_stats(stream_stats(m, self._in_memory(Xt, yt)()))
-        # log σ² and log of the factor on s²; each start: the module's own
-        theta = torch.stack([torch.log(m.noise().detach().double()), torch.zeros((), dtype=torch.float64)])
-        theta.requires_grad_(True)
-        opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
-
-        def loss():
-            opt.zero_grad()
-            value = -ExactPosterior(stats, theta[0].exp(), theta[1].exp()).log_marginal_likelihood() / stats.n
-            value.backward()
-            return value
-        opt.step(loss)
-        with torch.no_grad():
-            excess = max(float(theta[0].exp()) - m.noise.floor, 1e-3 * max(m.noise.floor, 1e-9))
-            m.noise.raw.fill_(inverse_softplus(excess))
-            m.net.log_scale.add_(0.5 * theta[1].to(m.net.log_scale.dtype))
-
     def build_module(self, in_dim: int) -> WeightSpaceModule:
         """A fresh (untrained) module for inputs of dimension ``in_dim``."""
         if self.inference not in ("exact", "svi"):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
-        if self.refit_untrained and not (self._is_exact() and self.uses_normalized_features()):
-            raise ParameterError("refit_untrained=True fits σ² and the scale of constant-norm features after exact "
-                                 "training: it needs inference='exact' and normalize_features on (rank >= 2)")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)
         if self.uses_normalized_features():
             net = ConstantNorm(net)

@@ -67,13 +67,6 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
-        # DBK variants of one parameter each, measured on 2026-11-30 (docs/methods/dbk.md, "A fitted start")
-        "DBK (refit untrained)": factory("dbk", refit_untrained=True),
-        "DBK (plain fit; refit untrained)": factory("dbk", refit_untrained=True),
-        "DBK (lr 3e-3)": factory("dbk", lr=3e-3),
-        "DBK (wd 1e-3)": factory("dbk", weight_decay=1e-3),
-        "DBK (standard inputs)": factory("dbk", input_scaling="standard"),
-        "DBK (width 64)": factory("dbk", hidden=64, rank=64),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm"),
         "DKM (plain fit; refit)": factory("dkm", refit=True),
