@@ -12,16 +12,24 @@ made this the default. ``normalize_features=False`` is the paper's procedure, ve
 
 from __future__ import annotations
 
+import math
+
+import torch
+
+from neuralgp import distributed
 from neuralgp.chunking import EXACT_TRAIN_ROWS
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.features import ConstantNorm, build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES
+from neuralgp.errors import ParameterError
 from neuralgp.io import register
 from neuralgp.models.weightspace import WeightSpaceModule, WeightSpaceRegressor
 from neuralgp.params import (BAGGING, BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE,
                              POSITIVE_INT, PREDICTIVE, RECALIBRATION, STEPS, VALIDATION_FRACTION, one_of)
-from neuralgp.posterior import PRECISIONS
+from neuralgp.posterior import PRECISIONS, ExactPosterior, inverse_softplus, stream_stats
 from neuralgp.posterior.variational import FAMILIES
+
+INIT_SCALE2_MAX = 10.0  # init_hyperparameters: the most the fitted start may raise s² by
 
 
 @register
@@ -41,6 +49,11 @@ class DBKRegressor(WeightSpaceRegressor):
     default: its bag is not measured. ``bagging=M`` (an even number): M members whatever the size, at M/2 more
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.
+
+    ``init_hyperparameters=True`` (an option, exact inference with constant-norm features): before training, σ² and
+    the feature scale s take their maximum marginal-likelihood values under the untrained network, frozen, s² raised
+    at most ``INIT_SCALE2_MAX``-fold (``_prepare``): training, and early stopping's check before the first step,
+    start from that fitted random-feature GP instead of σ² = ``noise_init`` and s = 1.
     """
 
     name = "DBK"
@@ -54,8 +67,8 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, **CHECKPOINT_RULES,
-        **COMMON_RULES}
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "init_hyperparameters": BOOL,
+        **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
@@ -64,7 +77,8 @@ class DBKRegressor(WeightSpaceRegressor):
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="student_t",
-                 bagging="auto", seed=0, device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
+                 bagging="auto", init_hyperparameters=False, seed=0, device="cpu", verbose=True, checkpoint=None,
+                 checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone
         self.hidden = hidden
@@ -94,6 +108,7 @@ class DBKRegressor(WeightSpaceRegressor):
         self.recalibration = recalibration
         self.predictive = predictive
         self.bagging = bagging
+        self.init_hyperparameters = init_hyperparameters
         self.seed = seed
         self.device = device
         self.verbose = verbose
@@ -122,12 +137,42 @@ class DBKRegressor(WeightSpaceRegressor):
     def _is_exact(self) -> bool:
         return self.inference == "exact"
 
+    def _prepare(self, Xt, yt):
+        """``init_hyperparameters``: σ² and s by type-II maximum likelihood, log N(y; 0, c·ΦΦᵀ + σ²I) with the
+        untrained features Φ frozen and the factor c on s² bounded to (0, ``INIT_SCALE2_MAX``] — two numbers by
+        L-BFGS on the r × r statistics (DBK eq. 5), summed once over the rows (and the workers). Unbounded, the
+        evidence of a nearly noiseless set raises s² by 10⁴–10⁵ and training starts from a degenerate ΦᵀΦ + σ²I."""
+        if not self.init_hyperparameters:
+            return
+        m = self.module_
+        stats = distributed.reduce_stats(stream_stats(m, self._in_memory(Xt, yt)()))
+        # log σ² and u with c = cap · sigmoid(u); each start: the module's own (c = 1)
+        cap = INIT_SCALE2_MAX
+        theta = torch.tensor([float(torch.log(m.noise().detach())), -math.log(cap - 1.0)], dtype=torch.float64)
+        theta.requires_grad_(True)
+        opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+
+        def loss():
+            opt.zero_grad()
+            factor = cap * torch.sigmoid(theta[1])
+            value = -ExactPosterior(stats, theta[0].exp(), factor).log_marginal_likelihood() / stats.n
+            value.backward()
+            return value
+        opt.step(loss)
+        with torch.no_grad():
+            excess = max(float(theta[0].exp()) - m.noise.floor, 1e-3 * max(m.noise.floor, 1e-9))
+            m.noise.raw.fill_(inverse_softplus(excess))
+            m.net.log_scale.add_(0.5 * math.log(cap * float(torch.sigmoid(theta[1]))))
+
     def build_module(self, in_dim: int) -> WeightSpaceModule:
         """A fresh (untrained) module for inputs of dimension ``in_dim``."""
         if self.inference not in ("exact", "svi"):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
+        if self.init_hyperparameters and not (self._is_exact() and self.uses_normalized_features()):
+            raise ParameterError("init_hyperparameters=True fits σ² and the scale of constant-norm features before "
+                                 "exact training: it needs inference='exact' and normalize_features on (rank >= 2)")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)
         if self.uses_normalized_features():
             net = ConstantNorm(net)

@@ -296,3 +296,67 @@ def test_recalibrated_validation_nll_selects_what_fit_returns():
     # the criterion scales by the plain mean z² (fit's α adds its standard error and γ on top)
     std = std * np.sqrt(np.mean(((y_val - mean) / std) ** 2))
     assert nll(y_val / sd, mean / sd, std / sd) == pytest.approx(model.train_log_.best_val_nll, abs=1e-4)
+
+
+def _dense_log_evidence(U, y, noise, scale2):
+    """log N(y; 0, scale2 · UUᵀ + noise · I), formed densely."""
+    K = scale2 * U @ U.T + noise * np.eye(len(y))
+    sign, logdet = np.linalg.slogdet(K)
+    return -0.5 * (len(y) * np.log(2 * np.pi) + logdet + y @ np.linalg.solve(K, y))
+
+
+def test_init_hyperparameters_maximise_the_dense_marginal_likelihood_of_the_untrained_features():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (60, 3))
+    y = np.sin(3 * X[:, 0]) + 0.3 * rng.standard_normal(60)
+    model = DBKRegressor(rank=8, hidden=16, init_hyperparameters=True, seed=0, verbose=False)
+    torch.manual_seed(0)
+    model.module_ = model.build_module(3)
+    Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
+    with torch.no_grad():
+        U = model.module_(Xt).double().numpy() / np.exp(model.module_.net.log_scale.item())  # unit rows
+    model._prepare(Xt, yt)
+    noise, scale2 = model.module_.noise().item(), np.exp(2 * model.module_.net.log_scale.item())
+    assert noise != pytest.approx(0.1) and scale2 != pytest.approx(1.0)  # both moved from their initial values
+    best = _dense_log_evidence(U, y, noise, scale2)
+    for dn, ds in [(1.05, 1), (0.95, 1), (1, 1.05), (1, 0.95), (1.02, 0.98)]:  # a maximum: every neighbour is lower
+        assert _dense_log_evidence(U, y, noise * dn, scale2 * ds) < best
+    with torch.no_grad():  # the network itself is untouched: only σ² and s moved
+        assert np.allclose(model.module_(Xt).double().numpy(), U * np.sqrt(scale2), atol=1e-5)
+
+
+def test_init_hyperparameters_starts_the_fit_from_the_fitted_random_feature_gp():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1, 1, (80, 2))
+    y = X[:, 0] + 0.5 * rng.standard_normal(80)  # noisy: σ² from 0.1 towards 0.25 / var(y)
+    params = dict(rank=8, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
+                  verbose=False)
+    plain = DBKRegressor(**params).fit(X, y)
+    warm = DBKRegressor(init_hyperparameters=True, **params).fit(X, y)
+    assert plain.module_.noise().item() == pytest.approx(0.1)
+    assert warm.module_.noise().item() > 0.3  # the standardised targets' noise share is about 0.5
+    assert warm.n_iter_ == 0
+
+
+@pytest.mark.parametrize("params", [dict(inference="svi"), dict(normalize_features=False)])
+def test_init_hyperparameters_needs_exact_inference_with_constant_norm_features(params):
+    X, y = np.random.default_rng(0).normal(size=(30, 2)), np.arange(30.0)
+    model = DBKRegressor(init_hyperparameters=True, max_iter=1, verbose=False, **params)
+    with pytest.raises(neuralgp.errors.ParameterError, match="init_hyperparameters"):
+        model.fit(X, y)
+    assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted
+
+
+def test_init_hyperparameters_raise_the_feature_scale_at_most_the_cap():
+    from neuralgp.models.dbk import INIT_SCALE2_MAX
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, (120, 2))
+    y = np.sin(2 * X[:, 0]) + X[:, 1]
+    y = (y - y.mean()) / y.std()  # standardised and noiseless: unbounded, the evidence would raise s² far more
+    model = DBKRegressor(rank=32, hidden=16, init_hyperparameters=True, seed=0, verbose=False)
+    torch.manual_seed(0)
+    model.module_ = model.build_module(2)
+    before = model.module_.net.log_scale.item()
+    model._prepare(torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y))
+    factor = np.exp(2 * (model.module_.net.log_scale.item() - before))
+    assert factor <= INIT_SCALE2_MAX * (1 + 1e-6) and factor > 0.99 * INIT_SCALE2_MAX  # at the bound, not past it
