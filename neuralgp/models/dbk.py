@@ -12,8 +12,6 @@ made this the default. ``normalize_features=False`` is the paper's procedure, ve
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from neuralgp import distributed
@@ -29,7 +27,10 @@ from neuralgp.params import (BAGGING, BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_
 from neuralgp.posterior import PRECISIONS, ExactPosterior, inverse_softplus, stream_stats
 from neuralgp.posterior.variational import FAMILIES
 
-INIT_SCALE2_MAX = 10.0  # init_hyperparameters: the most the fitted start may raise s² by
+# init_hyperparameters="auto": the fitted start on up to this many training rows (the sizes where it was measured),
+# and only where the evidence raises s² at most this much (a random-feature GP that already fits the data)
+FITTED_START_MAX_ROWS = 2000
+FITTED_START_MAX_SCALE2 = 50.0
 
 
 @register
@@ -50,10 +51,15 @@ class DBKRegressor(WeightSpaceRegressor):
     fits; 0: the single fit. ``features``, ``noise_variance_`` and ``fit_posterior`` are the full fit's, which a
     bag does not predict with: ``features`` and ``fit_posterior`` refuse; the members are ``members_``.
 
-    ``init_hyperparameters=True`` (an option, exact inference with constant-norm features): before training, σ² and
-    the feature scale s take their maximum marginal-likelihood values under the untrained network, frozen, s² raised
-    at most ``INIT_SCALE2_MAX``-fold (``_prepare``): training, and early stopping's check before the first step,
-    start from that fitted random-feature GP instead of σ² = ``noise_init`` and s = 1.
+    ``init_hyperparameters="auto"`` (the default since 2026-11-30, twenty-second session): before training, σ² and
+    the feature scale s take their maximum marginal-likelihood values under the untrained network (``_prepare``) —
+    with exact inference and constant-norm features on at most ``FITTED_START_MAX_ROWS`` training rows, and only
+    where that raises s² at most ``FITTED_START_MAX_SCALE2``-fold: where the random features already explain the data
+    (noisy and smooth sets). Where the evidence wants s² × 10²–10⁶, the network has to learn its features, and a
+    fitted start there was measured worse; those fits, and larger data (not measured), start from σ² =
+    ``noise_init`` and s = 1. ``fitted_start_`` says which; a bag's members and cross-fitted refits start as the
+    fit did. ``True`` fits the start whatever the size and scale, ``False`` never (docs/methods/dbk.md, "A fitted
+    start where the random features fit").
     """
 
     name = "DBK"
@@ -67,8 +73,8 @@ class DBKRegressor(WeightSpaceRegressor):
         "max_epochs": STEPS, "compile": BOOL, "eval_every": (NONE, POSITIVE_INT), "patience": (NONE, POSITIVE_INT),
         "noise_init": POSITIVE, "noise_lr": (NONE, POSITIVE), "noise_min": NON_NEGATIVE, "normalize_y": BOOL,
         "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING, "init_hyperparameters": BOOL,
-        **CHECKPOINT_RULES, **COMMON_RULES}
+        "recalibration": RECALIBRATION, "predictive": PREDICTIVE, "bagging": BAGGING,
+        "init_hyperparameters": (one_of("auto"), BOOL), **CHECKPOINT_RULES, **COMMON_RULES}
 
     def __init__(self, rank=128, backbone="resnet", hidden=128, depth=2, activation="tanh", inference="exact",
                  variance_correction=True, normalize_features="auto", variational_family="full",
@@ -77,7 +83,7 @@ class DBKRegressor(WeightSpaceRegressor):
                  patience=None, max_time=None, compile=False, noise_init=0.1, noise_lr=None, noise_min=1e-6,
                  normalize_y=True,
                  input_scaling="minmax", validation_fraction=0.1, recalibration=True, predictive="student_t",
-                 bagging="auto", init_hyperparameters=False, seed=0, device="cpu", verbose=True, checkpoint=None,
+                 bagging="auto", init_hyperparameters="auto", seed=0, device="cpu", verbose=True, checkpoint=None,
                  checkpoint_every=100):
         self.rank = rank
         self.backbone = backbone
@@ -139,30 +145,36 @@ class DBKRegressor(WeightSpaceRegressor):
 
     def _prepare(self, Xt, yt):
         """``init_hyperparameters``: σ² and s by type-II maximum likelihood, log N(y; 0, c·ΦΦᵀ + σ²I) with the
-        untrained features Φ frozen and the factor c on s² bounded to (0, ``INIT_SCALE2_MAX``] — two numbers by
-        L-BFGS on the r × r statistics (DBK eq. 5), summed once over the rows (and the workers). Unbounded, the
-        evidence of a nearly noiseless set raises s² by 10⁴–10⁵ and training starts from a degenerate ΦᵀΦ + σ²I."""
-        if not self.init_hyperparameters:
+        untrained features Φ frozen — two numbers by L-BFGS on the r × r statistics (DBK eq. 5), summed once over
+        the rows (and the workers); "auto" keeps them only where c ≤ ``FITTED_START_MAX_SCALE2``."""
+        self.fitted_start_ = False
+        mode, m = self.init_hyperparameters, self.module_
+        if not mode or (mode == "auto" and not (self._is_exact() and self.uses_normalized_features()
+                                                and distributed.total_count(len(Xt)) <= FITTED_START_MAX_ROWS)):
             return
-        m = self.module_
         stats = distributed.reduce_stats(stream_stats(m, self._in_memory(Xt, yt)()))
-        # log σ² and u with c = cap · sigmoid(u); each start: the module's own (c = 1)
-        cap = INIT_SCALE2_MAX
-        theta = torch.tensor([float(torch.log(m.noise().detach())), -math.log(cap - 1.0)], dtype=torch.float64)
+        # log σ² and log c, the factor on s²; each start: the module's own
+        theta = torch.stack([torch.log(m.noise().detach().double()), torch.zeros((), dtype=torch.float64)])
         theta.requires_grad_(True)
         opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
 
         def loss():
             opt.zero_grad()
-            factor = cap * torch.sigmoid(theta[1])
-            value = -ExactPosterior(stats, theta[0].exp(), factor).log_marginal_likelihood() / stats.n
+            value = -ExactPosterior(stats, theta[0].exp(), theta[1].exp()).log_marginal_likelihood() / stats.n
             value.backward()
             return value
         opt.step(loss)
+        if mode == "auto" and float(theta[1].exp()) > FITTED_START_MAX_SCALE2:
+            return
         with torch.no_grad():
             excess = max(float(theta[0].exp()) - m.noise.floor, 1e-3 * max(m.noise.floor, 1e-9))
             m.noise.raw.fill_(inverse_softplus(excess))
-            m.net.log_scale.add_(0.5 * math.log(cap * float(torch.sigmoid(theta[1]))))
+            m.net.log_scale.add_(0.5 * theta[1].to(m.net.log_scale.dtype))
+        self.fitted_start_ = True
+
+    def _clone_for_refit(self, **budget):
+        """A bag's members and cross-fitted refits start as this fit did (fitted or not), whatever their rows say."""
+        return super()._clone_for_refit(init_hyperparameters=bool(getattr(self, "fitted_start_", False)), **budget)
 
     def build_module(self, in_dim: int) -> WeightSpaceModule:
         """A fresh (untrained) module for inputs of dimension ``in_dim``."""
@@ -170,7 +182,7 @@ class DBKRegressor(WeightSpaceRegressor):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
-        if self.init_hyperparameters and not (self._is_exact() and self.uses_normalized_features()):
+        if self.init_hyperparameters is True and not (self._is_exact() and self.uses_normalized_features()):
             raise ParameterError("init_hyperparameters=True fits σ² and the scale of constant-norm features before "
                                  "exact training: it needs inference='exact' and normalize_features on (rank >= 2)")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)

@@ -331,7 +331,7 @@ def test_init_hyperparameters_starts_the_fit_from_the_fitted_random_feature_gp()
     y = X[:, 0] + 0.5 * rng.standard_normal(80)  # noisy: σ² from 0.1 towards 0.25 / var(y)
     params = dict(rank=8, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
                   verbose=False)
-    plain = DBKRegressor(**params).fit(X, y)
+    plain = DBKRegressor(init_hyperparameters=False, **params).fit(X, y)
     warm = DBKRegressor(init_hyperparameters=True, **params).fit(X, y)
     assert plain.module_.noise().item() == pytest.approx(0.1)
     assert warm.module_.noise().item() > 0.3  # the standardised targets' noise share is about 0.5
@@ -347,16 +347,44 @@ def test_init_hyperparameters_needs_exact_inference_with_constant_norm_features(
     assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted
 
 
-def test_init_hyperparameters_raise_the_feature_scale_at_most_the_cap():
-    from neuralgp.models.dbk import INIT_SCALE2_MAX
+def test_init_hyperparameters_auto_fits_the_start_on_small_exact_fits_only(monkeypatch):
+    import neuralgp.models.dbk as dbk
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1, 1, (80, 2))
+    y = X[:, 0] + 0.5 * rng.standard_normal(80)  # noisy: the random features fit it at a moderate scale
+    params = dict(rank=8, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
+                  verbose=False)
+    assert DBKRegressor().init_hyperparameters == "auto"
+    model = DBKRegressor(**params).fit(X, y)
+    assert model.fitted_start_ and model.module_.noise().item() > 0.3  # 80 rows: fitted
+    monkeypatch.setattr(dbk, "FITTED_START_MAX_ROWS", 79)
+    model = DBKRegressor(**params).fit(X, y)
+    assert not model.fitted_start_ and model.module_.noise().item() == pytest.approx(0.1)  # past the size: not
+    monkeypatch.setattr(dbk, "FITTED_START_MAX_ROWS", 80)
+    assert DBKRegressor(**params).fit(X, y).fitted_start_
+    for other in (dict(normalize_features=False), dict(inference="svi", max_epochs=0)):  # not there: no error either
+        model = DBKRegressor(**{**params, **other}).fit(X, y)
+        assert not model.fitted_start_ and model.module_.noise().item() == pytest.approx(0.1)
+
+
+def test_init_hyperparameters_auto_keeps_the_default_start_where_the_evidence_wants_a_large_scale():
     rng = np.random.default_rng(2)
     X = rng.uniform(-1, 1, (120, 2))
-    y = np.sin(2 * X[:, 0]) + X[:, 1]
-    y = (y - y.mean()) / y.std()  # standardised and noiseless: unbounded, the evidence would raise s² far more
-    model = DBKRegressor(rank=32, hidden=16, init_hyperparameters=True, seed=0, verbose=False)
-    torch.manual_seed(0)
-    model.module_ = model.build_module(2)
-    before = model.module_.net.log_scale.item()
-    model._prepare(torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y))
-    factor = np.exp(2 * (model.module_.net.log_scale.item() - before))
-    assert factor <= INIT_SCALE2_MAX * (1 + 1e-6) and factor > 0.99 * INIT_SCALE2_MAX  # at the bound, not past it
+    y = np.sin(2 * X[:, 0]) + X[:, 1]  # noiseless: the evidence raises s² about 10⁶-fold (True takes that)
+    params = dict(rank=32, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
+                  verbose=False)
+    auto = DBKRegressor(**params).fit(X, y)
+    forced = DBKRegressor(init_hyperparameters=True, **params).fit(X, y)
+    assert not auto.fitted_start_ and auto.module_.noise().item() == pytest.approx(0.1)
+    assert forced.fitted_start_ and forced.module_.noise().item() < 1e-3
+    assert forced.module_.net.log_scale.item() - auto.module_.net.log_scale.item() > 0.5 * np.log(50)
+
+
+@pytest.mark.parametrize("noise", [0.5, 0.0])
+def test_a_bags_members_start_as_the_fit_did(noise):
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, (120, 2))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] + noise * rng.standard_normal(120)
+    model = DBKRegressor(rank=32, hidden=16, max_iter=5, bagging=2, verbose=False).fit(X, y)
+    assert model.fitted_start_ == (noise > 0)
+    assert [member.init_hyperparameters for member in model.members_] == [model.fitted_start_] * 2

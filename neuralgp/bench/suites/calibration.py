@@ -67,9 +67,6 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
-        # DBK's fitted start with the feature scale bounded (docs/methods/dbk.md, "A bounded fitted start")
-        "DBK (fitted start)": factory("dbk", init_hyperparameters=True),
-        "DBK (plain fit; fitted start)": factory("dbk", init_hyperparameters=True),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm"),
         "DKM (plain fit; refit)": factory("dkm", refit=True),
