@@ -12,7 +12,7 @@ pytestmark = pytest.mark.cross_fit  # the library's default, not the suite's val
 
 # bagging=0: the single fit, whose α these tests check (by default exact DBK bags where α would be cross-fitted)
 SMALL = dict(rank=16, hidden=32, max_iter=150, eval_every=10, verbose=False, lr=1e-2, validation_fraction=0.2,
-             bagging=0)
+             bagging=0, init_hyperparameters=False)  # the start of before the fitted one: these test the refits
 
 
 def toy(n, seed=0):
