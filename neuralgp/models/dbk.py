@@ -143,13 +143,17 @@ class DBKRegressor(WeightSpaceRegressor):
     def _is_exact(self) -> bool:
         return self.inference == "exact"
 
+    def _start_can_be_fitted(self) -> bool:
+        """The fitted start needs exact inference and constant-norm features (a learned scale s)."""
+        return self._is_exact() and self.uses_normalized_features()
+
     def _prepare(self, Xt, yt):
         """``init_hyperparameters``: σ² and s by type-II maximum likelihood, log N(y; 0, c·ΦΦᵀ + σ²I) with the
         untrained features Φ frozen — two numbers by L-BFGS on the r × r statistics (DBK eq. 5), summed once over
         the rows (and the workers); "auto" keeps them only where c ≤ ``FITTED_START_MAX_SCALE2``."""
         self.fitted_start_ = False
         mode, m = self.init_hyperparameters, self.module_
-        if not mode or (mode == "auto" and not (self._is_exact() and self.uses_normalized_features()
+        if not mode or (mode == "auto" and not (self._start_can_be_fitted()
                                                 and distributed.total_count(len(Xt)) <= FITTED_START_MAX_ROWS)):
             return
         stats = distributed.reduce_stats(stream_stats(m, self._in_memory(Xt, yt)()))
@@ -174,7 +178,14 @@ class DBKRegressor(WeightSpaceRegressor):
 
     def _clone_for_refit(self, **budget):
         """A bag's members and cross-fitted refits start as this fit did (fitted or not), whatever their rows say."""
-        return super()._clone_for_refit(init_hyperparameters=bool(getattr(self, "fitted_start_", False)), **budget)
+        return super()._clone_for_refit(init_hyperparameters=self.fitted_start_, **budget)
+
+    def _fitted_state(self) -> dict:
+        return {**super()._fitted_state(), "fitted_start": self.fitted_start_}
+
+    def _restore(self, state: dict):
+        super()._restore(state)
+        self.fitted_start_ = state.get("fitted_start", False)  # files from before it: the start was never fitted
 
     def build_module(self, in_dim: int) -> WeightSpaceModule:
         """A fresh (untrained) module for inputs of dimension ``in_dim``."""
@@ -182,7 +193,7 @@ class DBKRegressor(WeightSpaceRegressor):
             raise ValueError(f"inference must be 'exact' or 'svi', got {self.inference!r}")
         if int(self.rank) < 1:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
-        if self.init_hyperparameters is True and not (self._is_exact() and self.uses_normalized_features()):
+        if self.init_hyperparameters is True and not self._start_can_be_fitted():
             raise ParameterError("init_hyperparameters=True fits σ² and the scale of constant-norm features before "
                                  "exact training: it needs inference='exact' and normalize_features on (rank >= 2)")
         net = build_backbone(self.backbone, in_dim, self.rank, self.hidden, self.depth, self.activation)

@@ -347,7 +347,7 @@ def test_init_hyperparameters_needs_exact_inference_with_constant_norm_features(
     assert not hasattr(model, "module_") and not hasattr(model, "x_scaler_")  # nothing half fitted
 
 
-def test_init_hyperparameters_auto_fits_the_start_on_small_exact_fits_only(monkeypatch):
+def test_init_hyperparameters_auto_fits_the_start_on_small_exact_fits_only(monkeypatch, tmp_path):
     import neuralgp.models.dbk as dbk
     rng = np.random.default_rng(1)
     X = rng.uniform(-1, 1, (80, 2))
@@ -357,6 +357,8 @@ def test_init_hyperparameters_auto_fits_the_start_on_small_exact_fits_only(monke
     assert DBKRegressor().init_hyperparameters == "auto"
     model = DBKRegressor(**params).fit(X, y)
     assert model.fitted_start_ and model.module_.noise().item() > 0.3  # 80 rows: fitted
+    model.save(tmp_path / "m.pt")
+    assert neuralgp.load(tmp_path / "m.pt").fitted_start_  # kept with the model
     monkeypatch.setattr(dbk, "FITTED_START_MAX_ROWS", 79)
     model = DBKRegressor(**params).fit(X, y)
     assert not model.fitted_start_ and model.module_.noise().item() == pytest.approx(0.1)  # past the size: not
