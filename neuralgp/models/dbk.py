@@ -168,7 +168,7 @@ class DBKRegressor(WeightSpaceRegressor):
             value.backward()
             return value
         opt.step(loss)
-        if mode == "auto" and float(theta[1].exp()) > FITTED_START_MAX_SCALE2:
+        if mode == "auto" and float(theta[1].detach().exp()) > FITTED_START_MAX_SCALE2:
             return
         with torch.no_grad():
             excess = max(float(theta[0].exp()) - m.noise.floor, 1e-3 * max(m.noise.floor, 1e-9))
