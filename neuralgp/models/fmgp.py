@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from torch import nn
 
 from neuralgp import distributed
@@ -23,7 +24,7 @@ from neuralgp.io import register
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
-                             PREDICTIVE, VALIDATION_FRACTION, int_tuple, one_of)
+                             PREDICTIVE, RECALIBRATION, VALIDATION_FRACTION, int_tuple, one_of)
 from neuralgp.posterior import ExactPosterior, accumulate_stats, gram_stats, stream_stats
 from neuralgp.posterior.dirichlet import ALPHA_EPS, class_gram, dirichlet_stats, dirichlet_targets
 from neuralgp.posterior.positive import Positive
@@ -147,16 +148,20 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     with a Student-t shape fitted to the calibration z-scores — the same fits calibrated on the same sets, NLL lower
     on 18 of 21 small sets and all 11 large ones (docs/methods/dbk.md, "A Student-t predictive"); "gaussian": the
     paper's N. ``predict_interval`` gives the predictive's own intervals.
+    ``recalibration`` as DBK's (beyond the paper, since 2026-11-30): True cross-fits α where the calibration part
+    has fewer than ``CROSS_FIT_BELOW`` rows (5 refits of the same 200 steps, docs/methods/fmgp.md), "validation"
+    is Algorithm 1 on the calibration part alone, False none.
     """
 
     param_rules = {**FEATURE_MAP_RULES, "noise_init": POSITIVE, "normalize_y": BOOL,
-                   "validation_fraction": VALIDATION_FRACTION, "predictive": PREDICTIVE}
+                   "validation_fraction": VALIDATION_FRACTION, "recalibration": RECALIBRATION,
+                   "predictive": PREDICTIVE}
 
     def __init__(self, feature_dim=64, hidden=512, depth=2, activation="relu", norm="layer", product=None,
                  additive=None, unit_norm=False, n_subsets=4, subset_size=20000, max_iter=200, lr=1e-2, weight_decay=0.0,
                  noise_init=0.1, outputscale_init=1.0, noise_min=1e-6, max_time=None, normalize_y=True,
-                 input_scaling="standard", validation_fraction=0.1, predictive="student_t", seed=0, device="cpu",
-                 verbose=True, checkpoint=None, checkpoint_every=100):
+                 input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="student_t", seed=0,
+                 device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.feature_dim = feature_dim
         self.hidden = hidden
         self.depth = depth
@@ -177,6 +182,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.validation_fraction = validation_fraction
+        self.recalibration = recalibration
         self.predictive = predictive
         self.seed = seed
         self.device = device
@@ -185,8 +191,9 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         self.checkpoint_every = checkpoint_every
 
     def fit(self, X, y, X_cal=None, y_cal=None):
-        """Train on (X, y), cache its posterior, then ``recalibrate`` on (X_cal, y_cal) — or, when none is given,
-        on a random ``validation_fraction`` of (X, y) held out from training (0 trains on all of it, uncalibrated)."""
+        """Train on (X, y), cache its posterior, then recalibrate on (X_cal, y_cal) — or, when none is given,
+        on a random ``validation_fraction`` of (X, y) held out from training (0 trains on all of it, uncalibrated);
+        a calibration part under ``CROSS_FIT_BELOW`` rows is cross-fitted (``NeuralGPRegressor.fit``)."""
         return NeuralGPRegressor.fit(self, X, y, X_cal, y_cal)
 
     validation_names = ("X_cal", "y_cal")
@@ -196,7 +203,16 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         return True
 
     def recalibrates_on_validation(self) -> bool:
-        return True
+        return bool(self.recalibration)
+
+    def _fixed_budget_clone(self, trained_rows=None, rows=None):
+        """The same model for the Adam steps this fit ran (its fixed budget, or fewer where ``max_time`` stopped
+        it), trained on all the rows it is given, neither held out nor recalibrated; None with
+        ``recalibration="validation"``."""
+        if self.recalibration == "validation":
+            return None
+        return clone(self).set_params(max_iter=max(1, self.n_iter_), validation_fraction=0.0, recalibration=False,
+                                      verbose=False, checkpoint=None)
 
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):

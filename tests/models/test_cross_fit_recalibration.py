@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from neuralgp import DAKRegressor, DBKRegressor
+from neuralgp import DAKRegressor, DBKRegressor, FMGPRegressor
 from neuralgp.errors import ParameterError
 from neuralgp.models.base import CROSS_FIT_BELOW, CROSS_FIT_FOLDS, recalibration_scale
 
@@ -86,3 +86,23 @@ def test_dak_bags_by_default_cross_fits_without_the_bag_unless_fine_tuned():
     assert DAKRegressor(**params, bagging=0).fit(X, y).recalibrated_by_ == "cross_fit"
     # fine-tuning's pre-training also runs max_epochs, which early stopping did not choose
     assert DAKRegressor(**params, finetune=True).fit(X, y).recalibrated_by_ == "validation"
+
+
+def test_fmgp_cross_fits_alpha_with_refits_of_its_fixed_budget():
+    X, y = toy(120)
+    small = dict(feature_dim=8, hidden=32, max_iter=30, verbose=False, validation_fraction=0.2)
+    model = FMGPRegressor(**small).fit(X, y)  # 24 held-out rows: below CROSS_FIT_BELOW
+    assert model.recalibrated_by_ == "cross_fit" and model.n_iter_ == 30
+    X_tr, y_tr, X_val, y_val = model._hold_out_validation(X, y)
+    rows_X, rows_y = np.concatenate([X_tr, X_val]), np.concatenate([y_tr, y_val])
+    z2 = np.empty(len(rows_y))
+    for held in np.array_split(np.random.default_rng(0).permutation(len(rows_y)), CROSS_FIT_FOLDS):
+        kept = np.setdiff1d(np.arange(len(rows_y)), held)
+        fold = FMGPRegressor(**{**small, "validation_fraction": 0.0, "recalibration": False})
+        mean, std = fold.fit(rows_X[kept], rows_y[kept]).predict(rows_X[held], return_std=True)
+        z2[held] = ((rows_y[held] - mean) / std) ** 2
+    assert model.variance_scale_ == pytest.approx(recalibration_scale(z2.mean(), (z2 ** 2).mean(), len(z2)),
+                                                  rel=1e-9)
+    assert FMGPRegressor(**small, recalibration="validation").fit(X, y).recalibrated_by_ == "validation"
+    off = FMGPRegressor(**small, recalibration=False).fit(X, y)
+    assert off.variance_scale == 1.0 and not hasattr(off, "recalibrated_by_")
