@@ -379,6 +379,12 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         part alone)."""
         return None
 
+    def _clone_for_refit(self, **budget):
+        """An unfitted copy with ``budget`` (its step count) that trains on every row it is given, silently, with
+        neither validation nor recalibration: what ``_fixed_budget_clone`` returns where the model can refit."""
+        return clone(self).set_params(validation_fraction=0.0, recalibration=False, verbose=False, checkpoint=None,
+                                      **budget)
+
     def _bag_asked(self) -> bool:
         """Whether ``bagging`` is a number of members (not 0, nor "auto", which bags only where it can)."""
         return getattr(self, "bagging", 0) not in (0, "auto")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.base import clone
 from torch import nn
 
 from neuralgp import distributed
@@ -211,8 +210,7 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
         ``recalibration="validation"``."""
         if self.recalibration == "validation":
             return None
-        return clone(self).set_params(max_iter=max(1, self.n_iter_), validation_fraction=0.0, recalibration=False,
-                                      verbose=False, checkpoint=None)
+        return self._clone_for_refit(max_iter=max(1, self.n_iter_))
 
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import torch
-from sklearn.base import clone
 from torch import nn
 
 from neuralgp import distributed
@@ -78,10 +77,6 @@ class WeightSpaceRegressor(NeuralGPRegressor):
             steps = lambda n: steps_per_epoch(n, int(self.batch_size), min(SVI_MIN_BATCH, n))  # noqa: E731
             epochs = round(epochs * steps(trained_rows) / steps(rows))
         return self._clone_for_refit(max_epochs=epochs)
-
-    def _clone_for_refit(self, **budget):
-        return clone(self).set_params(validation_fraction=0.0, recalibration=False, verbose=False, checkpoint=None,
-                                      **budget)
 
     def supports_distributed(self) -> bool:
         """Trains across the workers of a process group, each fitting on its own rows (``neuralgp.distributed``):
