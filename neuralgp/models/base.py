@@ -373,15 +373,22 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             self.variance_scale_, self.selection_optimism_, self.recalibrated_by_ = alpha, gamma, rule
 
     def _fixed_budget_clone(self, trained_rows: int | None = None, rows: int | None = None):
-        """An unfitted copy that trains on all the rows it is given, without validation or recalibration, for as
-        many steps as this fitted model kept (on ``rows`` rows where this model trained on ``trained_rows``, when
-        the step count depends on them); None where the model cannot (``fit`` then recalibrates on the validation
-        part alone)."""
+        """An unfitted copy that trains on all the rows it is given, silently, without validation or recalibration,
+        for the budget ``_refit_budget`` gives; None where the model cannot refit, or with
+        ``recalibration="validation"`` (``fit`` then recalibrates on the validation part alone)."""
+        if getattr(self, "recalibration", None) == "validation":
+            return None
+        budget = self._refit_budget(trained_rows, rows)
+        return None if budget is None else self._clone_for_refit(**budget)
+
+    def _refit_budget(self, trained_rows: int | None, rows: int | None) -> dict | None:
+        """The parameters that give a refit as many steps as this fitted model kept (on ``rows`` rows where this
+        model trained on ``trained_rows``, when the step count depends on them); None where the model cannot."""
         return None
 
     def _clone_for_refit(self, **budget):
         """An unfitted copy with ``budget`` (its step count) that trains on every row it is given, silently, with
-        neither validation nor recalibration: what ``_fixed_budget_clone`` returns where the model can refit."""
+        neither validation nor recalibration."""
         return clone(self).set_params(validation_fraction=0.0, recalibration=False, verbose=False, checkpoint=None,
                                       **budget)
 

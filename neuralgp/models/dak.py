@@ -170,9 +170,9 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     def supports_distributed(self) -> bool:
         return not self.finetune  # the pre-training is one process's
 
-    def _fixed_budget_clone(self, trained_rows=None, rows=None):
+    def _refit_budget(self, trained_rows, rows):
         # max_epochs also sets fine-tuning's pre-training, which early stopping did not choose
-        return None if self.finetune else super()._fixed_budget_clone(trained_rows, rows)
+        return None if self.finetune else super()._refit_budget(trained_rows, rows)
 
     def _prepare(self, Xt, yt):
         if self.finetune:

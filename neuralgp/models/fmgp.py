@@ -204,13 +204,9 @@ class FMGPRegressor(_FMGPMixin, NeuralGPRegressor):
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
-    def _fixed_budget_clone(self, trained_rows=None, rows=None):
-        """The same model for the Adam steps this fit ran (its fixed budget, or fewer where ``max_time`` stopped
-        it), trained on all the rows it is given, neither held out nor recalibrated; None with
-        ``recalibration="validation"``."""
-        if self.recalibration == "validation":
-            return None
-        return self._clone_for_refit(max_iter=max(1, self.n_iter_))
+    def _refit_budget(self, trained_rows, rows):
+        """The Adam steps this fit ran: its fixed budget, or fewer where ``max_time`` stopped it."""
+        return {"max_iter": max(1, self.n_iter_)}
 
     def _fit_scaled(self, X, y, X_val, y_val):
         with torch.random.fork_rng(devices=[]):

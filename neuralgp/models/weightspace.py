@@ -62,21 +62,18 @@ class WeightSpaceRegressor(NeuralGPRegressor):
     def recalibrates_on_validation(self) -> bool:
         return bool(self.recalibration)
 
-    def _fixed_budget_clone(self, trained_rows: int | None = None, rows: int | None = None):
-        """This model's parameters with ``max_iter`` (exact) or ``max_epochs`` (mini-batch) set to the step early
-        stopping kept, and neither validation nor recalibration (``NeuralGPRegressor._cross_fit_z2``); None
-        with ``recalibration="validation"``. Mini-batch epochs are steps times ⌈rows / batch_size⌉: given the rows
-        this model trained on (``trained_rows``) and those the clone will (``rows``), its epochs are rescaled to the
-        same number of optimiser steps — on half the rows, the kept epochs alone would be half the training."""
-        if self.recalibration == "validation":
-            return None
+    def _refit_budget(self, trained_rows, rows):
+        """``max_iter`` (exact) or ``max_epochs`` (mini-batch) at the step early stopping kept. Mini-batch epochs are
+        steps times ⌈rows / batch_size⌉: given the rows this model trained on (``trained_rows``) and those the clone
+        will (``rows``), its epochs are rescaled to the same number of optimiser steps — on half the rows, the kept
+        epochs alone would be half the training."""
         if self._is_exact():
-            return self._clone_for_refit(max_iter=self.train_log_.best_step)
+            return {"max_iter": self.train_log_.best_step}
         epochs = self.train_log_.best_step
         if trained_rows and rows:
             steps = lambda n: steps_per_epoch(n, int(self.batch_size), min(SVI_MIN_BATCH, n))  # noqa: E731
             epochs = round(epochs * steps(trained_rows) / steps(rows))
-        return self._clone_for_refit(max_epochs=epochs)
+        return {"max_epochs": epochs}
 
     def supports_distributed(self) -> bool:
         """Trains across the workers of a process group, each fitting on its own rows (``neuralgp.distributed``):
