@@ -4,7 +4,9 @@ Fits one row of the calibration suite on one split as the suite does (the plain-
 validation parts together, holding out their own ``validation_fraction``), optionally with some parameters changed,
 and prints one JSON line: the suite's metrics (``evaluate_regression``), α, the t's ν, and the tails of the squared
 z-scores on the held-out part (after α) and on the test part — mean, median, the five largest and the share of the
-sum that the largest 1 % carry.
+sum that the largest 1 % carry — and for the three largest test errors: error and predictive sd over the training
+part's target sd, and the distance to the nearest training row in the model's scaled inputs (beside the median test
+row's, of the first 200).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/heldout_vs_test_z2.py \
         uci/parkinsons "DAK (plain fit)" 1 ['{"max_epochs": 3000}']
@@ -46,13 +48,23 @@ def main(dataset: str, row: str, split: int, params: dict):
     metrics = evaluate_regression(model, ds, merge_validation=row in suite.merge_validation)
     mean, std = model.predict(ds.X_test, return_std=True)
     alpha = getattr(model, "variance_scale_", None)
+    z2 = ((ds.y_test - mean) / std) ** 2
+    worst, s_y = np.argsort(z2)[::-1][:3], ds.y_train.std()
+    train = model.x_scaler_.transform(np.vstack([ds.X_train, ds.X_val]))
+    nearest = lambda rows: np.sqrt(((model.x_scaler_.transform(ds.X_test[rows])[:, None] - train[None]) ** 2)  # noqa: E731
+                                   .sum(-1)).min(1)
     print(json.dumps({"dataset": dataset, "row": row, "split": split, "params": params,
                       **{k: metrics.get(k) for k in ("rmse", "nll", "coverage_95", "mean_z2", "train_seconds",
                                                  "iterations", "best_iteration")},
                       "alpha": alpha, "rule": getattr(model, "recalibrated_by_", None),
                       "df": getattr(model, "predictive_df_", None),
                       "held_out_z2": tails(np.asarray(held["z2"]) / alpha) if "z2" in held and alpha else None,
-                      "test_z2": tails(((ds.y_test - mean) / std) ** 2)}), flush=True)
+                      "test_z2": tails(z2),
+                      "worst_test": {"error_over_sd_y": np.round((ds.y_test - mean)[worst] / s_y, 2).tolist(),
+                                     "sd_over_sd_y": np.round(std[worst] / s_y, 3).tolist(),
+                                     "nearest_train_distance": np.round(nearest(worst), 2).tolist(),
+                                     "median_test_nearest_distance": round(float(np.median(nearest(np.arange(200)))),
+                                                                           2)}}), flush=True)
 
 
 if __name__ == "__main__":
