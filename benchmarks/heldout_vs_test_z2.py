@@ -5,7 +5,7 @@ validation parts together, holding out their own ``validation_fraction``), optio
 and prints one JSON line: the suite's metrics (``evaluate_regression``), α, the t's ν, and the tails of the squared
 z-scores on the held-out part (after α) and on the test part — mean, median, the five largest and the share of the
 sum that the largest 1 % carry — and for the three largest test errors: error and predictive sd over the training
-part's target sd, and the distance to the nearest training row in the model's scaled inputs (beside the median test
+part's target sd, and the distance to the nearest training or validation row in the model's scaled inputs (beside the median test
 row's, of the first 200).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/heldout_vs_test_z2.py \
@@ -51,8 +51,10 @@ def main(dataset: str, row: str, split: int, params: dict):
     z2 = ((ds.y_test - mean) / std) ** 2
     worst, s_y = np.argsort(z2)[::-1][:3], ds.y_train.std()
     train = model.x_scaler_.transform(np.vstack([ds.X_train, ds.X_val]))
-    nearest = lambda rows: np.sqrt(((model.x_scaler_.transform(ds.X_test[rows])[:, None] - train[None]) ** 2)  # noqa: E731
-                                   .sum(-1)).min(1)
+
+    def nearest(rows):  # distance from those test rows to the nearest training or validation row, scaled inputs
+        return np.sqrt(((model.x_scaler_.transform(ds.X_test[rows])[:, None] - train[None]) ** 2).sum(-1)).min(1)
+
     print(json.dumps({"dataset": dataset, "row": row, "split": split, "params": params,
                       **{k: metrics.get(k) for k in ("rmse", "nll", "coverage_95", "mean_z2", "train_seconds",
                                                  "iterations", "best_iteration")},
