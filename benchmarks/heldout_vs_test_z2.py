@@ -5,8 +5,8 @@ validation parts together, holding out their own ``validation_fraction``), optio
 and prints one JSON line: the suite's metrics (``evaluate_regression``), α, the t's ν, and the tails of the squared
 z-scores on the held-out part (after α) and on the test part — mean, median, the five largest and the share of the
 sum that the largest 1 % carry — and for the three largest test errors: error and predictive sd over the training
-part's target sd, and the distance to the nearest training or validation row in the model's scaled inputs (beside the median test
-row's, of the first 200).
+part's target sd, and the distance to the nearest training or validation row in the model's scaled inputs (beside
+the median test row's, of the first 200).
 
     NEURALGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/heldout_vs_test_z2.py \
         uci/parkinsons "DAK (plain fit)" 1 ['{"max_epochs": 3000}']
