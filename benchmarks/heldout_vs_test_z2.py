@@ -65,7 +65,7 @@ def main(dataset: str, row: str, split: int, params: dict):
                       "worst_test": {"error_over_sd_y": np.round((ds.y_test - mean)[worst] / s_y, 2).tolist(),
                                      "sd_over_sd_y": np.round(std[worst] / s_y, 3).tolist(),
                                      "nearest_train_distance": np.round(nearest(worst), 2).tolist(),
-                                     "median_test_nearest_distance": round(float(np.median(nearest(np.arange(200)))),
+                                     "median_test_nearest_distance": round(float(np.median(nearest(np.arange(min(200, len(ds.X_test)))))),
                                                                            2)}}), flush=True)
 
 
