@@ -55,6 +55,7 @@ def main(dataset: str, row: str, split: int, params: dict):
     def nearest(rows):  # distance from those test rows to the nearest training or validation row, scaled inputs
         return np.sqrt(((model.x_scaler_.transform(ds.X_test[rows])[:, None] - train[None]) ** 2).sum(-1)).min(1)
 
+    first = np.arange(min(200, len(ds.X_test)))  # the median test row's distance: of the first 200
     print(json.dumps({"dataset": dataset, "row": row, "split": split, "params": params,
                       **{k: metrics.get(k) for k in ("rmse", "nll", "coverage_95", "mean_z2", "train_seconds",
                                                  "iterations", "best_iteration")},
@@ -65,8 +66,8 @@ def main(dataset: str, row: str, split: int, params: dict):
                       "worst_test": {"error_over_sd_y": np.round((ds.y_test - mean)[worst] / s_y, 2).tolist(),
                                      "sd_over_sd_y": np.round(std[worst] / s_y, 3).tolist(),
                                      "nearest_train_distance": np.round(nearest(worst), 2).tolist(),
-                                     "median_test_nearest_distance": round(float(np.median(nearest(np.arange(min(200, len(ds.X_test)))))),
-                                                                           2)}}), flush=True)
+                                     "median_test_nearest_distance": round(float(np.median(nearest(first))), 2)}}),
+          flush=True)
 
 
 if __name__ == "__main__":
