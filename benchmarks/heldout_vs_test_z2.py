@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import torch
+from sklearn.neighbors import NearestNeighbors
 
 from neuralgp.bench.evaluate import evaluate_regression
 from neuralgp.bench.suites.calibration import SUITES, split_of
@@ -50,10 +51,10 @@ def main(dataset: str, row: str, split: int, params: dict):
     alpha = getattr(model, "variance_scale_", None)
     z2 = ((ds.y_test - mean) / std) ** 2
     worst, s_y = np.argsort(z2)[::-1][:3], ds.y_train.std()
-    train = model.x_scaler_.transform(np.vstack([ds.X_train, ds.X_val]))
+    index = NearestNeighbors(n_neighbors=1).fit(model.x_scaler_.transform(np.vstack([ds.X_train, ds.X_val])))
 
     def nearest(rows):  # distance from those test rows to the nearest training or validation row, scaled inputs
-        return np.sqrt(((model.x_scaler_.transform(ds.X_test[rows])[:, None] - train[None]) ** 2).sum(-1)).min(1)
+        return index.kneighbors(model.x_scaler_.transform(ds.X_test[rows]))[0][:, 0]
 
     first = np.arange(min(200, len(ds.X_test)))  # the median test row's distance: of the first 200
     print(json.dumps({"dataset": dataset, "row": row, "split": split, "params": params,
