@@ -39,6 +39,7 @@ from neuralgp.train import adam, compiled, minibatch_epoch, train
 
 INFERENCE = ("closed_form", "mc", "exact")
 GRID_INTERVAL = (0.0, 1.0)
+PROJECTION_SPREAD = 1.0  # the regressor's projections start at mean 0, std 1 on its training rows (2026-12-01)
 Q_INIT_STD = 0.05  # q(w) starts at m = 0, s = 0.05 (the paper's code: softplus(−3) ≈ 0.049), not at the prior
 LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in [1, {MAX_LEVEL}]")
 
@@ -93,6 +94,9 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
     lengthscale 0.3 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part
     (every 10 epochs, patience 200); docs/methods/dak.md has the measurements. ``dak-table2`` sets the paper's.
+    Before training, the projection layer is rescaled so that each projection has mean 0 and std 1 on the training
+    rows (``AdditiveGridFeatures.standardise_projections``; since 2026-12-01): at PyTorch's initialisation every h
+    starts in the grid's two middle cells (docs/methods/dak.md, "Where the projections start").
     ``predictive="student_t"`` (the default since 2026-11-29; "gaussian" before and in the paper): the recalibrated
     mean and variance with a t's shape fitted to the held-out z-scores (``NeuralGPRegressor._fit_predictive_shape``).
     ``bagging="auto"`` (the default since 2026-11-29): where α would be cross-fitted (a validation part under 100
@@ -175,6 +179,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         return None if self.finetune else super()._refit_budget(trained_rows, rows)
 
     def _prepare(self, Xt, yt):
+        self.module_.net.standardise_projections(Xt, PROJECTION_SPREAD)
         if self.finetune:
             self._pretrain(self.module_.net, Xt, yt.float(), 1, lambda out, y: ((out.squeeze(-1) - y) ** 2).mean())
 

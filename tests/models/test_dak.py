@@ -150,6 +150,26 @@ def test_each_inference_learns_and_round_trips(inference, tmp_path):
     assert np.allclose(m2, mean) and np.allclose(s2, std)
 
 
+def test_projections_are_standardised_in_chunks_and_the_regressor_starts_there():
+    _, X, fmap = _features(n=70, P=3)
+    fmap.standardise_projections(X, spread=2.0, chunk_size=16)  # chunks of 16, 16, 16, 16, 6 rows
+    with torch.no_grad():
+        a = fmap.project(fmap.net(X))
+    assert torch.allclose(a.mean(0), torch.zeros(3, dtype=F64), atol=1e-10)
+    assert torch.allclose(a.std(0, unbiased=False), torch.full((3,), 2.0, dtype=F64), atol=1e-10)
+    starts = {}
+
+    class Probe(ng.DAKRegressor):
+        def _prepare(self, Xt, yt):
+            super()._prepare(Xt, yt)
+            with torch.no_grad():
+                starts["a"] = self.module_.net.project(self.module_.net.net(Xt))
+
+    X, y = _data(200)
+    Probe(**{**SMALL, "max_epochs": 1}).fit(X, y)
+    assert torch.allclose(starts["a"].std(0, unbiased=False), torch.ones(4, dtype=starts["a"].dtype), atol=1e-4)
+
+
 def test_finetune_freezes_the_pretrained_network():
     snapshots = {}
 
