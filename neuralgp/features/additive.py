@@ -7,7 +7,8 @@ bias_std²). So every weight-space posterior of the engine (exact, variational) 
 
 Squashing (the paper's "normalised into the interval" is ambiguous; its code uses each training batch's min and
 max): here the fixed map h ↦ lo + (hi − lo)·sigmoid(h), identical in training and prediction and independent of
-the batch; the projection W learns the scale (which is also the kernel's lengthscale, App. B).
+the batch; the projection W learns the scale (which is also the kernel's lengthscale, App. B), from PyTorch's start
+or, with ``standardise_projections``, from mean 0 and a chosen std on the training rows.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def test_each_inference_learns_and_round_trips(inference, tmp_path):
     assert np.allclose(m2, mean) and np.allclose(s2, std)
 
 
-def test_projections_are_standardised_in_chunks_and_the_regressor_starts_there():
+def test_projections_are_standardised_in_chunks_and_the_regressor_starts_there_when_asked():
     _, X, fmap = _features(n=70, P=3)
     fmap.standardise_projections(X, spread=2.0, chunk_size=16)  # chunks of 16, 16, 16, 16, 6 rows
     with torch.no_grad():
@@ -166,8 +166,11 @@ def test_projections_are_standardised_in_chunks_and_the_regressor_starts_there()
                 starts["a"] = self.module_.net.project(self.module_.net.net(Xt))
 
     X, y = _data(200)
-    Probe(**{**SMALL, "max_epochs": 1}).fit(X, y)
-    assert torch.allclose(starts["a"].std(0, unbiased=False), torch.ones(4, dtype=starts["a"].dtype), atol=1e-4)
+    Probe(projection_spread=0.5, **{**SMALL, "max_epochs": 1}).fit(X, y)
+    assert torch.allclose(starts["a"].std(0, unbiased=False), torch.full((4,), 0.5, dtype=starts["a"].dtype),
+                          atol=1e-4)
+    Probe(**{**SMALL, "max_epochs": 1}).fit(X, y)  # the default: PyTorch's start, unscaled
+    assert starts["a"].std(0).max() < 0.45
 
 
 def test_finetune_freezes_the_pretrained_network():
@@ -192,7 +195,8 @@ def test_registry_names_and_presets():
 
 @pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),
                                           ({"grid_level": 21}, "grid_level"), ({"inference": "cf"}, "inference"),
-                                          ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel")])
+                                          ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel"),
+                                          ({"projection_spread": 0}, "projection_spread")])
 def test_bad_parameters_are_clear_errors_before_any_work(params, match):
     X, y = _data(30)
     with pytest.raises(ParameterError, match=match):
