@@ -70,8 +70,9 @@ class AdditiveGridFeatures(nn.Module):
             sums += torch.stack([torch.full_like(a[0], len(a)), a.sum(0), (a * a).sum(0)])
         count, total, squares = distributed.total(sums)
         mean = total / count
-        std = (squares / count - mean ** 2).clamp_min(0).sqrt().clamp_min(1e-6)
-        factor = (spread / std).to(self.project.weight.dtype)
+        std = (squares / count - mean ** 2).clamp_min(0).sqrt()
+        # a constant projection (constant inputs, a single row) is centred, not blown up
+        factor = torch.where(std > 1e-8, spread / std.clamp_min(1e-8), 1.0).to(self.project.weight.dtype)
         self.project.weight.mul_(factor[:, None])
         self.project.bias.sub_(mean.to(factor.dtype)).mul_(factor)
 
