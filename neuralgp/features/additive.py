@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from neuralgp import distributed
+from neuralgp.datasets.scaling import Scaler
 from neuralgp.features.grid import InducedGrid
 from neuralgp.posterior.positive import Positive
 from neuralgp.posterior.sparse import SparseRows
@@ -59,22 +59,18 @@ class AdditiveGridFeatures(nn.Module):
     @torch.no_grad()
     def standardise_projections(self, x: torch.Tensor, spread: float = 1.0, chunk_size: int = 8192):
         """Rescale the projection layer once, before training, so that each of the P pre-squash projections has mean
-        0 and standard deviation ``spread`` over the rows of x (totalled over data-parallel workers, so that every
-        worker starts alike). At PyTorch's default initialisation they spread with std ≈ 0.3, so every h starts in
-        the two middle cells of the grid and the network must first grow W to reach the others; the paper's code
-        instead maps each batch's min and max onto the interval (docs/methods/dak.md, "Where the projections
-        start")."""
-        sums = torch.zeros(3, self.n_projections, dtype=torch.float64, device=x.device)
-        for part in x.split(chunk_size):
-            a = self.project(self.net(part)).double()
-            sums += torch.stack([torch.full_like(a[0], len(a)), a.sum(0), (a * a).sum(0)])
-        count, total, squares = distributed.total(sums)
-        mean = total / count
-        std = (squares / count - mean ** 2).clamp_min(0).sqrt()
-        # a constant projection (constant inputs, a single row) is centred, not blown up
-        factor = torch.where(std > 1e-8, spread / std.clamp_min(1e-8), 1.0).to(self.project.weight.dtype)
-        self.project.weight.mul_(factor[:, None])
-        self.project.bias.sub_(mean.to(factor.dtype)).mul_(factor)
+        0 and standard deviation ``spread`` over the rows of x (``Scaler("standard")`` over every data-parallel
+        worker's rows, so that every worker starts alike). At PyTorch's default initialisation they spread with
+        std ≈ 0.3, so every h starts in the two middle cells of the grid and the network must first grow W to reach
+        the others; the paper's code instead maps each batch's min and max onto the interval (docs/methods/dak.md,
+        "Where the projections start")."""
+        a = torch.cat([self.project(self.net(part)) for part in x.split(chunk_size)])
+        scaler = Scaler("standard").fit(a.cpu().numpy(), across_workers=True)  # a constant projection: centred
+        weight = self.project.weight
+        shift, factor = (torch.as_tensor(v, dtype=weight.dtype, device=weight.device)
+                         for v in (scaler.shift_, spread / scaler.scale_))
+        weight.mul_(factor[:, None])
+        self.project.bias.sub_(shift).mul_(factor)
 
     def projections(self, x: torch.Tensor) -> torch.Tensor:
         """h(x) in the grid interval, (n, P)."""
