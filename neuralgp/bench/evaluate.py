@@ -104,6 +104,7 @@ def evaluate_streaming(model, rows, train_rows: int, test_rows: int, seed: int =
     share = distributed.shard(min(train_rows, n_train))  # each worker samples its share from its own shard
     if model.get_params().get("bagging") == "auto":  # the posterior is one fit's: no bag on a small sample
         model.set_params(bagging=0)
+    model.check_can_condition_on_rows()  # before the fit, not after it
     model.fit(*train.sample(share.stop - share.start, seed, shard=True))
     fit_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()

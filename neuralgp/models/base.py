@@ -504,6 +504,16 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         any rows (DBK and DAK with exact inference, FM-GP)."""
         return False
 
+    def check_can_condition_on_rows(self):
+        """Raise ``InputError`` unless ``fit_posterior`` can work on this model: an exact posterior, no bag. Needs
+        only the parameters, so a streamed fit calls it before fitting, not after."""
+        if getattr(self, "members_", None) or self._bag_asked():
+            raise InputError(f"a bag ({type(self).__name__} with bagging={self.bagging}) predicts from members fitted "
+                             "on halves of the rows, and its α is theirs: fit_posterior needs bagging=0")
+        if not self.conditions_on_rows():
+            raise InputError(f"{type(self).__name__} has no exact posterior to recompute from streamed rows; use "
+                             "dbk, dak-exact or fmgp (a variational posterior is learned, not computed)")
+
     def fit_posterior(self, rows, chunk_rows: int | None = None):
         """Condition the fitted model's posterior on every row of ``rows`` (a ``neuralgp.datasets.rows`` source:
         ``NpyRows``, ``CsvRows``, ``ArrayRows``), read ``chunk_rows`` at a time: O(chunk·r + r²) memory whatever
@@ -512,12 +522,7 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         and the statistics are summed. For data larger than memory: ``fit`` on ``rows.sample(m)``, then this."""
         from neuralgp.datasets.rows import RowSource
         self._check_fitted()
-        if getattr(self, "members_", None):
-            raise InputError(f"a bag ({type(self).__name__} with bagging={self.bagging}) predicts from members fitted "
-                             "on halves of the rows, and its α is theirs: fit_posterior needs bagging=0")
-        if not self.conditions_on_rows():
-            raise InputError(f"{type(self).__name__} has no exact posterior to recompute from streamed rows; use "
-                             "dbk, dak-exact or fmgp (a variational posterior is learned, not computed)")
+        self.check_can_condition_on_rows()
         if not isinstance(rows, RowSource) or not rows.has_targets:
             raise InputError("fit_posterior needs a row source with targets, e.g. "
                              "neuralgp.datasets.rows.NpyRows('X.npy', 'y.npy')")

@@ -80,6 +80,18 @@ def test_streamed_rows_need_an_exact_posterior_and_bad_rows_change_nothing(rows,
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("model, message", [
+    (DBKRegressor(inference="svi", **SMALL), "no exact posterior"),
+    (DBKRegressor(bagging=2, **SMALL), "bagging=2"),
+])
+def test_a_streamed_evaluation_refuses_a_model_it_cannot_condition_before_fitting_it(rows, model, message,
+                                                                                  monkeypatch):
+    from neuralgp.bench.evaluate import evaluate_streaming
+    monkeypatch.setattr(DBKRegressor, "fit", lambda *a, **k: pytest.fail("fitted before the check"))
+    with pytest.raises(InputError, match=message):
+        evaluate_streaming(model, rows[0], train_rows=100, test_rows=50)
+
+
 def test_predictions_stream_to_npy_and_csv_and_no_partial_file_on_error(rows, tmp_path):
     source, X, y = rows
     model = DBKRegressor(rank=4, hidden=8, max_iter=5, **SMALL).fit(X, y)
