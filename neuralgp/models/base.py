@@ -511,8 +511,9 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
             raise InputError(f"a bag ({type(self).__name__} with bagging={self.bagging}) predicts from members fitted "
                              "on halves of the rows, and its α is theirs: fit_posterior needs bagging=0")
         if not self.conditions_on_rows():
-            raise InputError(f"{type(self).__name__} has no exact posterior to recompute from streamed rows; use "
-                             "dbk, dak-exact or fmgp (a variational posterior is learned, not computed)")
+            raise InputError(f"{type(self).__name__} cannot condition on streamed rows: only an exact weight-space "
+                             "posterior can (its statistics ΦᵀΦ, Φᵀy add up chunk by chunk); use dbk, dak-exact or "
+                             "fmgp")
 
     def fit_posterior(self, rows, chunk_rows: int | None = None):
         """Condition the fitted model's posterior on every row of ``rows`` (a ``neuralgp.datasets.rows`` source:
