@@ -3,9 +3,7 @@ the grid interval → 1-D grid activations φ(h_p), scaled by σ_p → Φ = [σ�
 
 With weights w ~ N(0, I) on Φ's P·M + 1 columns, f = Φw is the additive GP Σ_p σ_p g̃_p(h_p) + μ of the paper: the
 block scale σ_p is the prior scale of z_p, and the last column, the constant ``bias_std``, makes μ ~ N(0,
-bias_std²). So every weight-space posterior of the engine (exact, variational) applies unchanged. With
-``linear_dim`` = d > 0 (beyond the paper) the d network inputs x, times a learned scale s, are d more columns before
-the bias: f gains a Bayesian linear term s·βᵀx, β ~ N(0, I) — a trend the squashed 1-D GPs represent poorly.
+bias_std²). So every weight-space posterior of the engine (exact, variational) applies unchanged.
 
 Squashing (the paper's "normalised into the interval" is ambiguous; its code uses each training batch's min and
 max): here the fixed map h ↦ lo + (hi − lo)·sigmoid(h), identical in training and prediction and independent of
@@ -32,7 +30,7 @@ class AdditiveGridFeatures(nn.Module):
     σ_p start at 1/√P, so that the prior variance of f is about 1 + bias_std² on standardised targets."""
 
     def __init__(self, net: nn.Module, embedding_dim: int, n_projections: int, grid: InducedGrid,
-                 bias_std: float = 1.0, linear_dim: int = 0):
+                 bias_std: float = 1.0):
         super().__init__()
         if n_projections < 1:
             raise ValueError(f"n_projections must be >= 1, got {n_projections}")
@@ -41,9 +39,7 @@ class AdditiveGridFeatures(nn.Module):
         self.scales = Positive(1.0 / math.sqrt(n_projections), shape=(n_projections,))
         self.bias_std = float(bias_std)
         self.n_projections = n_projections
-        self.linear_dim = int(linear_dim)  # s starts at 1/√d: prior variance about 1 on standardised inputs
-        self.linear_scale = Positive(1.0 / math.sqrt(max(1, self.linear_dim))) if self.linear_dim else None
-        self.n_columns = n_projections * grid.size + self.linear_dim + 1
+        self.n_columns = n_projections * grid.size + 1
         self._block_tables = {}
 
     def block_tables(self, device, dtype):
@@ -84,7 +80,7 @@ class AdditiveGridFeatures(nn.Module):
     def sparse(self, x: torch.Tensor) -> GridRows:
         """Φ of the rows of x: at most P·L + 1 non-zeros per row (L + 1 = the grid level + the bias), never the dense
         P·M."""
-        return GridRows(self, self.projections(x), x if self.linear_dim else None)
+        return GridRows(self, self.projections(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Dense Φ, (n, P·M + 1)."""
@@ -98,9 +94,8 @@ class GridRows:
     its interval, after the sigmoid); otherwise through ``rows``. A DAK-CF step's cost is per-operation overhead
     at these sizes, not arithmetic."""
 
-    def __init__(self, features: AdditiveGridFeatures, h: torch.Tensor, x: torch.Tensor | None = None):
+    def __init__(self, features: AdditiveGridFeatures, h: torch.Tensor):
         self.features, self.h, self.scales = features, h, features.scales()
-        self.linear = None if x is None else x.reshape(len(x), -1) * features.linear_scale()  # (n, d): s·x
         self.n_columns = features.n_columns
         self._grad = torch.is_grad_enabled()  # the rows are built later as they would have been now
         self._rows = None
@@ -122,14 +117,10 @@ class GridRows:
         n, (P, K) = h.shape[0], index.shape[1:]
         offsets = (torch.arange(P, device=h.device) * f.grid.size).view(1, P, 1)
         value = value * self.scales.to(value.dtype).view(1, P, 1)
-        bias_index = torch.full((n, 1), self.n_columns - 1, dtype=index.dtype, device=h.device)
+        bias_index = torch.full((n, 1), P * f.grid.size, dtype=index.dtype, device=h.device)
         bias_value = torch.full((n, 1), f.bias_std, dtype=value.dtype, device=h.device)
-        indices, values = [(index + offsets).reshape(n, P * K)], [value.reshape(n, P * K)]
-        if self.linear is not None:
-            d = self.linear.shape[1]
-            indices.append((P * f.grid.size + torch.arange(d, device=h.device)).expand(n, d))
-            values.append(self.linear.to(value.dtype))
-        return SparseRows(torch.cat([*indices, bias_index], 1), torch.cat([*values, bias_value], 1), self.n_columns)
+        return SparseRows(torch.cat([(index + offsets).reshape(n, P * K), bias_index], 1),
+                          torch.cat([value.reshape(n, P * K), bias_value], 1), self.n_columns)
 
     def dense(self):
         return self.rows.dense()
@@ -146,12 +137,7 @@ class GridRows:
         if self._rows is not None or f.grid.tables is None:  # h is in the interval: the sigmoid puts it there
             return self.rows.moments(mean, var)
         columns, coefs, offsets = f.block_tables(h.device, mean.dtype)
-        out_mean, out_var = _GridMoments.apply(h, self.scales, mean, var, f.grid, f.bias_std, columns, coefs, offsets)
-        if self.linear is None:
-            return out_mean, out_var
-        lin, start = self.linear.to(mean.dtype), f.n_projections * f.grid.size  # the node leaves the linear
-        block = slice(start, start + lin.shape[1])  # columns alone (zero gradient): their terms are added here
-        return out_mean + mean[..., block] @ lin.T, out_var + var[..., block] @ (lin * lin).T
+        return _GridMoments.apply(h, self.scales, mean, var, f.grid, f.bias_std, columns, coefs, offsets)
 
 
 class _GridMoments(torch.autograd.Function):

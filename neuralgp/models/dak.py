@@ -47,8 +47,7 @@ LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in
 FEATURE_RULES = {"backbone": one_of("mlp", "cnn"), "n_projections": POSITIVE_INT, "grid_level": LEVEL,
                  "lengthscale": POSITIVE, "kernel": one_of(*KERNELS), "hidden": int_tuple(0),
                  "embedding_dim": POSITIVE_INT, "activation": one_of(*ACTIVATIONS), "bias_std": POSITIVE,
-                 "linear": BOOL, "mc_samples": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
-                 "batch_size": POSITIVE_INT,
+                 "mc_samples": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT,
                  "max_epochs": POSITIVE_INT, "finetune": BOOL, "compile": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                  **COMMON_RULES}
 
@@ -61,8 +60,7 @@ class _DAKFeatures:
 
     def _feature_map(self, in_dim: int) -> AdditiveGridFeatures:
         net = extractor(self.backbone, in_dim, self.embedding_dim, self.hidden, self.activation)
-        return AdditiveGridFeatures(net, self.embedding_dim, self.n_projections, self.grid(), self.bias_std,
-                                    linear_dim=in_dim if self.linear else 0)
+        return AdditiveGridFeatures(net, self.embedding_dim, self.n_projections, self.grid(), self.bias_std)
 
     def _pretrain(self, features: AdditiveGridFeatures, Xt, targets, n_outputs: int, loss_fn):
         """``finetune`` (App. D): network and projection with a linear head on the P projections, trained by
@@ -90,9 +88,7 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused).
     The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE
     for ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D). ``compile=True`` runs the
-    mini-batch step through torch.compile (``train.compiled``; measured in docs/methods/dak.md). ``linear=True``
-    (beyond the paper) adds a Bayesian linear term in the scaled inputs, s·βᵀx with β ~ N(0, I) and a learned s, to
-    the additive GP (``AdditiveGridFeatures(linear_dim=d)``).
+    mini-batch step through torch.compile (``train.compiled``; measured in docs/methods/dak.md).
 
     Defaults differ from the paper's (lengthscale 1, lr 1e-3, 100 epochs), which underfit the small shared sets:
     lengthscale 0.3 on the (0, 1) grid, lr 3e-3, up to 1000 epochs with early stopping on the validation part
@@ -121,8 +117,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", inference="closed_form",
                  backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, lr=3e-3,
                  weight_decay=5e-4, batch_size=512, max_epochs=1000, max_iter=2000, eval_every=None, patience=None,
-                 max_time=None, compile=False, noise_init=0.1, noise_min=1e-6, bias_std=1.0, linear=False,
-                 projection_spread=None, finetune=False, normalize_y=True,
+                 max_time=None, compile=False, noise_init=0.1, noise_min=1e-6, bias_std=1.0, projection_spread=None,
+                 finetune=False, normalize_y=True,
                  input_scaling="standard", validation_fraction=0.1, recalibration=True, predictive="student_t",
                  bagging="auto", seed=0, device="cpu", verbose=True, checkpoint=None, checkpoint_every=100):
         self.n_projections = n_projections
@@ -147,7 +143,6 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         self.noise_init = noise_init
         self.noise_min = noise_min
         self.bias_std = bias_std
-        self.linear = linear
         self.projection_spread = projection_spread
         self.finetune = finetune
         self.normalize_y = normalize_y
@@ -212,8 +207,8 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
     def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", backbone="mlp",
                  hidden=(64, 32),
                  embedding_dim=64, activation="relu", mc_samples=8, n_samples=256, lr=3e-3, weight_decay=5e-4,
-                 batch_size=512, max_epochs=100, max_time=None, compile=False, bias_std=1.0, linear=False,
-                 finetune=False, input_scaling="standard", seed=0, device="cpu", verbose=True):
+                 batch_size=512, max_epochs=100, max_time=None, compile=False, bias_std=1.0, finetune=False,
+                 input_scaling="standard", seed=0, device="cpu", verbose=True):
         self.n_projections = n_projections
         self.grid_level = grid_level
         self.lengthscale = lengthscale
@@ -231,7 +226,6 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
         self.max_time = max_time
         self.compile = compile
         self.bias_std = bias_std
-        self.linear = linear
         self.finetune = finetune
         self.input_scaling = input_scaling
         self.seed = seed

@@ -48,16 +48,11 @@ def test_sparse_rows_equal_dense_features_in_every_posterior_operation():
         assert torch.allclose(sparse_draws, q.sample_f(dense, 4), atol=1e-12)
 
 
-@pytest.mark.parametrize("level, outputs, linear_dim", [(3, None, 0), (4, 3, 0), (14, None, 0),  # 14: the rows
-                                                       (3, 3, 2), (14, None, 2)])  # 2: with the linear term
-def test_fused_grid_moments_equal_the_explicit_rows_with_their_gradients(level, outputs, linear_dim):
+@pytest.mark.parametrize("level, outputs", [(3, None), (4, 3), (14, None)])  # 14: no tables, the rows
+def test_fused_grid_moments_equal_the_explicit_rows_with_their_gradients(level, outputs):
     torch.manual_seed(0)
-    fmap = AdditiveGridFeatures(MLP(2, 6, hidden=8, depth=1), 6, 3, InducedGrid(level, lengthscale=0.3),
-                                linear_dim=linear_dim).double()
+    fmap = AdditiveGridFeatures(MLP(2, 6, hidden=8, depth=1), 6, 3, InducedGrid(level, lengthscale=0.3)).double()
     X = torch.randn(20, 2, dtype=F64)
-    if linear_dim:  # Φ = [σ_pφ(h_p) | s·x | bias]
-        dense = fmap(X)
-        assert torch.allclose(dense[:, -3:-1], fmap.linear_scale() * X) and (dense[:, -1] == fmap.bias_std).all()
     shape = (fmap.n_columns,) if outputs is None else (outputs, fmap.n_columns)
     mean = torch.randn(shape, dtype=F64, requires_grad=True)
     var = torch.rand(shape, dtype=F64, requires_grad=True)
@@ -129,10 +124,9 @@ def _data(n=120, d=3, seed=0):
     return X, np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2 + 0.1 * rng.standard_normal(n)
 
 
-@pytest.mark.parametrize("linear", [False, True])
-def test_exact_predictions_equal_the_dense_gp_with_the_induced_additive_kernel(dense_gp, linear):
+def test_exact_predictions_equal_the_dense_gp_with_the_induced_additive_kernel(dense_gp):
     X, y = _data()
-    model = ng.DAKRegressor(inference="exact", validation_fraction=0.0, linear=linear, **SMALL).fit(X, y)
+    model = ng.DAKRegressor(inference="exact", validation_fraction=0.0, **SMALL).fit(X, y)
     Xs = _data(30, seed=1)[0]
     Phi, Phi_s = model.features(X), model.features(Xs)
     mean, var_f, _ = dense_gp(Phi @ Phi.T, Phi @ Phi_s.T, (Phi_s ** 2).sum(1), y, model.noise_variance_,
@@ -143,12 +137,10 @@ def test_exact_predictions_equal_the_dense_gp_with_the_induced_additive_kernel(d
     assert np.allclose(dist["var_y"], var_f + model.noise_variance_, rtol=1e-5)
 
 
-@pytest.mark.parametrize("inference, linear", [("closed_form", False), ("mc", False), ("exact", False),
-                                               ("closed_form", True)])
-def test_each_inference_learns_and_round_trips(inference, linear, tmp_path):
+@pytest.mark.parametrize("inference", ["closed_form", "mc", "exact"])
+def test_each_inference_learns_and_round_trips(inference, tmp_path):
     X, y = _data(300)
-    model = ng.DAKRegressor(inference=inference, linear=linear, **SMALL).fit(X, y)
-    assert model.module_.net.n_columns == 4 * 7 + 3 * linear + 1
+    model = ng.DAKRegressor(inference=inference, **SMALL).fit(X, y)
     Xs, ys = _data(100, seed=2)
     mean, std = model.predict(Xs, return_std=True)
     assert np.sqrt(np.mean((mean - ys) ** 2)) < 0.8 * ys.std()  # learns more than the mean
@@ -204,8 +196,7 @@ def test_registry_names_and_presets():
 @pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),
                                           ({"grid_level": 21}, "grid_level"), ({"inference": "cf"}, "inference"),
                                           ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel"),
-                                          ({"projection_spread": 0}, "projection_spread"),
-                                          ({"linear": "yes"}, "linear")])
+                                          ({"projection_spread": 0}, "projection_spread")])
 def test_bad_parameters_are_clear_errors_before_any_work(params, match):
     X, y = _data(30)
     with pytest.raises(ParameterError, match=match):
