@@ -67,6 +67,9 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
+        # DAK with the exact posterior over its last layer (docs/methods/dak.md, "Why DAK trails on small smooth sets")
+        "DAK (exact)": factory("dak-exact"),
+        "DAK (plain fit; exact)": factory("dak-exact"),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm"),
         "DKM (plain fit; refit)": factory("dkm", refit=True),
