@@ -505,9 +505,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
         return False
 
     def check_can_condition_on_rows(self):
-        """Raise ``InputError`` unless ``fit_posterior`` can work on this model: an exact posterior, no bag. Needs
-        only the parameters, so a streamed fit calls it before fitting, not after."""
-        if getattr(self, "members_", None) or self._bag_asked():
+        """Raise ``InputError`` unless ``fit_posterior`` can work on this model: an exact posterior, no bag (a fitted
+        model's members, an unfitted one's ``bagging``), so a streamed fit calls it before fitting, not after."""
+        bag = getattr(self, "members_", None) if self.__sklearn_is_fitted__() else self._bag_asked()
+        if bag:
             raise InputError(f"a bag ({type(self).__name__} with bagging={self.bagging}) predicts from members fitted "
                              "on halves of the rows, and its α is theirs: fit_posterior needs bagging=0")
         if not self.conditions_on_rows():
