@@ -28,8 +28,8 @@ ESTIMATORS = [
     ng.DBKRegressor(rank=8, hidden=16, max_iter=50, verbose=False),
     ng.DBKRegressor(rank=8, hidden=16, inference="svi", max_epochs=100, lr=1e-2, verbose=False),
     ng.DBKRegressor(rank=8, hidden=16, max_iter=50, bagging=2, verbose=False),  # a bag: predict from its members
-    ng.DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=50, lr=1e-2, verbose=False),
-    ng.DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=50, lr=1e-2, bagging=2,
+    ng.DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=50, max_iter=50, lr=1e-2, verbose=False),
+    ng.DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=50, max_iter=50, lr=1e-2, bagging=2,
                     verbose=False),  # DAK's default bags on small data (conftest turns that off elsewhere)
     ng.DAKClassifier(n_projections=4, hidden=(16,), embedding_dim=8, max_epochs=30, lr=1e-2, verbose=False),
     ng.FMGPRegressor(feature_dim=8, hidden=16, max_iter=20, verbose=False),

@@ -190,7 +190,7 @@ def test_a_gaussian_twin_scores_its_rows_fit_as_the_gaussian_model_would(tmp_pat
     from neuralgp.bench.calibration import CALIBRATION
     from neuralgp.registry import factory
 
-    small = {"max_epochs": 30, "eval_every": 10}
+    small = {"max_epochs": 30, "max_iter": 30, "eval_every": 10}
     suite = Suite("twins", {"t": factory("dak", predictive="student_t", **small),
                             "Gaussian": factory("dak", predictive="gaussian", **small)},
                   ["synthetic/step1d@200"], CALIBRATION, seeds=[0], groups=[["t", "Gaussian"], []],

@@ -178,8 +178,9 @@ def test_exact_dbk_bags_by_default_where_alpha_would_be_cross_fitted_svdbk_does_
 
 def test_dak_bags_its_mini_batch_fits_for_as_many_steps(tmp_path):
     X, y = toy(100)
-    model = DAKRegressor(n_projections=4, hidden=(16,), embedding_dim=8, batch_size=16, max_epochs=40, eval_every=5,
-                         lr=1e-2, validation_fraction=0.2, verbose=False, bagging=2).fit(X, y)
+    model = DAKRegressor(inference="closed_form", n_projections=4, hidden=(16,), embedding_dim=8, batch_size=16,
+                         max_epochs=40, eval_every=5, lr=1e-2, validation_fraction=0.2, verbose=False,
+                         bagging=2).fit(X, y)
     assert model.recalibrated_by_ == "bag" and len(model.members_) == 2
     # 80 training rows are 5 batches of 16 an epoch, a half of all 100 rows 4: as many steps in 5/4 the epochs
     assert {m.max_epochs for m in model.members_} == {round(model.train_log_.best_step * 5 / 4)}

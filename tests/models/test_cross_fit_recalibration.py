@@ -81,7 +81,7 @@ def test_zero_steps_keep_the_initial_feature_map():
 
 def test_dak_bags_by_default_cross_fits_without_the_bag_unless_fine_tuned():
     X, y = toy(120)
-    params = dict(max_epochs=20, eval_every=5, verbose=False, validation_fraction=0.2)
+    params = dict(max_epochs=20, max_iter=20, eval_every=5, verbose=False, validation_fraction=0.2)
     assert DAKRegressor(**params).fit(X, y).recalibrated_by_ == "bag"  # bagging="auto" where α would cross-fit
     assert DAKRegressor(**params, bagging=0).fit(X, y).recalibrated_by_ == "cross_fit"
     # fine-tuning's pre-training also runs max_epochs, which early stopping did not choose

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import neuralgp as ng
+import neuralgp.models.dak as dak_module
 from neuralgp.errors import InputError, NotFittedError, ParameterError
 from neuralgp.features import MLP, AdditiveGridFeatures, InducedGrid
 from neuralgp.features.additive import _GridMoments
@@ -189,8 +190,30 @@ def test_finetune_freezes_the_pretrained_network():
 
 
 def test_registry_names_and_presets():
-    assert build("dak").inference == "closed_form"
+    assert build("dak").inference == "auto" and build("dak-cf").inference == "closed_form"
     assert build("dak-mc").inference == "mc" and build("dak-exact").inference == "exact"
+
+
+def test_auto_inference_is_exact_up_to_the_row_limit_and_its_refits_and_saved_copy_keep_the_choice(monkeypatch,
+                                                                                                    tmp_path):
+    monkeypatch.setattr(dak_module, "EXACT_MAX_ROWS", 100)
+    X, y = _data(110)
+    params = dict(validation_fraction=0.0, bagging=0, **SMALL)
+    small = ng.DAKRegressor(**params).fit(X[:100], y[:100])
+    large = ng.DAKRegressor(**params).fit(X, y)
+    assert (small.inference_, large.inference_) == ("exact", "closed_form")
+    assert small.conditions_on_rows() and not large.conditions_on_rows()
+    assert hasattr(small.posterior_, "chol") and isinstance(large.posterior_, MeanFieldPosterior)
+    # a bag member or cross-fitting fold on fewer rows keeps the fit's inference (and its step budget's kind)
+    assert large._fixed_budget_clone(110, 55).get_params()["inference"] == "closed_form"
+    assert "max_epochs" in large._refit_budget(110, 55)
+    exact = ng.DAKRegressor(**{**params, "inference": "exact"}).fit(X[:100], y[:100])
+    Xs = _data(20, seed=3)[0]
+    assert np.array_equal(exact.predict(Xs), small.predict(Xs))  # auto on 100 rows is exactly DAK-exact
+    for model in (small, large):
+        loaded = ng.load(model.save(tmp_path / f"{model.inference_}.pt"))
+        assert loaded.inference_ == model.inference_ and loaded.get_params()["inference"] == "auto"
+        assert np.array_equal(loaded.predict(Xs), model.predict(Xs))
 
 
 @pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),

@@ -92,7 +92,7 @@ def test_fmgp_defaults_to_the_t_and_a_file_from_before_the_option_loads_as_the_g
 
 
 @pytest.mark.parametrize("cls, params", [
-    (DAKRegressor, dict(hidden=(16,), embedding_dim=8, n_projections=4, max_epochs=20, verbose=False)),
+    (DAKRegressor, dict(hidden=(16,), embedding_dim=8, n_projections=4, max_epochs=20, max_iter=20, verbose=False)),
     (DKMRegressor, dict(widths=(20, 20), max_iter=2, verbose=False)),
 ])
 def test_every_recalibrating_regressor_offers_it(cls, params):

@@ -67,9 +67,10 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
-        # DAK with the exact posterior over its last layer (docs/methods/dak.md, "Why DAK trails on small smooth sets")
-        "DAK (exact)": factory("dak-exact"),
-        "DAK (plain fit; exact)": factory("dak-exact"),
+        # DAK's default before 2026-12-01, the closed form at any size (since then: exact up to 1500 training rows;
+        # docs/methods/dak.md, "Inference by size")
+        "DAK (closed form)": factory("dak-cf"),
+        "DAK (plain fit; closed form)": factory("dak-cf"),
         "DKM": factory("dkm"),
         "DKM (plain fit)": factory("dkm"),
         "DKM (plain fit; refit)": factory("dkm", refit=True),
