@@ -28,6 +28,11 @@ class Entry:
         return self.regressor if task == "regression" else self.classifier
 
 
+def _default(cls: type, name: str):
+    """A constructor parameter's default, so that a summary below never repeats a number the class defines."""
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
 ESTIMATORS = {
     "dbk": Entry("deep basis kernel GP, exact inference in O(n r²) (DBK)", DBKRegressor),
     "svdbk": Entry("deep basis kernel GP, mini-batch weight-space SVI (SVDBK)", DBKRegressor,
@@ -40,14 +45,16 @@ ESTIMATORS = {
     "dak-mc": Entry("deep additive kernel, Monte Carlo ELBO (DAK-MC)", DAKRegressor, params={"inference": "mc"}),
     "dak-exact": Entry("deep additive kernel, exact posterior over the last layer by the marginal likelihood",
                        DAKRegressor, params={"inference": "exact"}),
-    "dkm": Entry("deep kernel machine: learned Gram matrices, Riccati / Lyapunov solver (n ≤ 2000)", DKMRegressor),
+    "dkm": Entry("deep kernel machine: learned Gram matrices, Riccati / Lyapunov solver "
+                 f"(n ≤ {_default(DKMRegressor, 'max_train_size')})", DKMRegressor),
     "fmgp": Entry("neural feature-map GP, exact, recalibrated on the validation part (FM-GP)", FMGPRegressor,
                   FMGPClassifier),
     "gpnn": Entry("nearest-neighbour exact GPs, recalibrated on the validation part (GPnn)", GPnnRegressor),
     "gp": Entry("GPyTorch exact GP, RBF-ARD kernel", ExactGPRegressor),
-    "sgpr": Entry("GPyTorch sparse GP, Titsias' collapsed bound, 128 inducing points", SGPRRegressor),
-    "svgp": Entry("GPyTorch stochastic variational GP, mini-batches, 128 inducing points", SVGPRegressor,
-                  SVGPClassifier),
+    "sgpr": Entry("GPyTorch sparse GP, Titsias' collapsed bound, "
+                  f"{_default(SGPRRegressor, 'num_inducing')} inducing points", SGPRRegressor),
+    "svgp": Entry("GPyTorch stochastic variational GP, mini-batches, "
+                  f"{_default(SVGPRegressor, 'num_inducing')} inducing points", SVGPRegressor, SVGPClassifier),
     "dkl": Entry("GPyTorch deep kernel learning, exact GP on 2 network features", DKLRegressor),
     "sdkl": Entry("GPyTorch deep kernel learning with the SGPR bound", SparseDKLRegressor),
     "svdkl": Entry("GPyTorch deep kernel learning with SVGP (classification: DAK's network, one SVGP per class, "
@@ -58,14 +65,17 @@ ESTIMATORS = {
                       "kernel search, subsample warm start, heteroscedastic noise, variances recalibrated by held-out "
                       "z², Student-t predictive",
                       TwoStageGPRegressor),
-    "twostage-nn": Entry("scalable two-stage GP: kernel ridge on 50 nearest neighbours (KRRNN) mean, GPnn variance on "
-                         "leave-one-out residuals, kernel search, variances recalibrated by leave-one-out z²",
+    "twostage-nn": Entry("scalable two-stage GP: kernel ridge on "
+                         f"{_default(TwoStageGPRegressor, 'n_neighbors')} nearest neighbours (KRRNN) mean, GPnn "
+                         "variance on leave-one-out residuals, kernel search, variances recalibrated by leave-one-out "
+                         "z²",
                          TwoStageGPRegressor,
                          params={"mean": "krrnn", "variance": "gpnn", "warm_start": None, "predictive": "gaussian"}),
     "network": Entry("plain MLP: Gaussian NLL with one learned noise (regression), cross-entropy (classification)",
                      NetworkRegressor, NetworkClassifier),
-    "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, 2 optimizer restarts (n ≤ 5000)",
-                        SklearnGPRegressor),
+    "sklearn-gp": Entry("scikit-learn exact GP, c·RBF-ARD + white noise, "
+                        f"{_default(SklearnGPRegressor, 'n_restarts_optimizer')} optimizer restarts "
+                        f"(n ≤ {_default(SklearnGPRegressor, 'max_train_size')})", SklearnGPRegressor),
 }
 
 
