@@ -88,7 +88,7 @@ SUITES = [
           merge_validation=frozenset({*PLAIN_FIT, "sklearn GP"}),
           quick_datasets=["uci/stock", "uci/concrete", "uci/wine"], budget_s=60.0,
           # a smoke run of each default in both fitting modes (DKM and two-stage: one mode each, their fits take
-          # 8-14 s even capped) and the baselines, 87 s on 2 cores; the variant rows only when named (--models)
+          # 10-12 s even capped) and the baselines, 94 s on 2 cores; the variant rows only when named (--models)
           quick_models=["DBK", "DBK (plain fit)", "SVDBK", "SVDBK (plain fit)", "FM-GP", "FM-GP (plain fit)", "DAK",
                         "DAK (plain fit)", "Two-stage", "DKM", *BASELINES],
           groups=[list(OURS), list(BASELINES)],
