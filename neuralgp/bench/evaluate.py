@@ -84,6 +84,8 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   variance_scale=float(getattr(model, "variance_scale", 1.0)),
                   selection_optimism=getattr(model, "selection_optimism_", None),  # the part of it due to the pick
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
+    if getattr(model, "inference_scores_", None):  # DAK's "auto" compared inferences: each one's validation NLL
+        report.update(inference=model.inference_, inference_scores=model.inference_scores_)
     for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
         report[f"{stage}_seconds"] = seconds
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

@@ -251,7 +251,9 @@ class SavedModel:
     def _payload(self) -> dict:
         """What ``save`` writes (and ``_from_payload`` reads back): also how a model saves the models it holds."""
         self._check_fitted()
-        return {"class": type(self).__name__, "params": self.get_params(deep=False),
+        params = {k: os.fspath(v) if isinstance(v, os.PathLike) else v  # a checkpoint=Path(...): torch loads str
+                  for k, v in self.get_params(deep=False).items()}
+        return {"class": type(self).__name__, "params": params,
                 "n_features_in": self.n_features_in_, "x_scaler": self.x_scaler_.state(),
                 **self._payload_extras(), "fitted": self._fitted_state()}
 

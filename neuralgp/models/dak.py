@@ -10,8 +10,9 @@ into Φ, so the engine's posteriors apply unchanged):
   (eqs. 40–43);
 - ``exact`` (beyond the paper): the exact Gaussian posterior over w, trained full batch by the log marginal
   likelihood as DBK is (O(n (PM)²));
-- ``auto`` (the regressor's default since 2026-12-01): ``exact`` on at most ``EXACT_MAX_ROWS`` training rows,
-  ``closed_form`` above (``inference_`` says which).
+- ``auto`` (the regressor's default since 2026-12-01): ``exact`` on at most ``EXACT_MAX_ROWS`` training rows;
+  above, up to ``SELECT_MAX_ROWS``, both ``closed_form`` and ``exact``, keeping the one of lower validation NLL
+  (since 2026-12-02); ``closed_form`` beyond that or without a validation part (``inference_`` says which).
 
 The mini-batch objective is (N/B) Σ_batch E_q[log p(y_i | f_i)] − KL(q ‖ p), divided by N (the ELBO per point;
 the paper's code instead adds KL/B to a batch mean, spec §8). Predictions use the exact moments of f under q
@@ -20,6 +21,8 @@ noise σ².
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -46,6 +49,11 @@ INFERENCE = ("closed_form", "mc", "exact")
 # plain fit; docs/methods/dak.md, "Inference by size". Above it, the closed form (exact unmeasured there at the
 # defaults)
 EXACT_MAX_ROWS = 1500
+# Above it "auto" fits both the closed form and exact and keeps the lower validation NLL, up to this many rows: a
+# bound on cost (an exact fit took 23-94 s at 2-12 k rows on this CPU, 120-190 s at 28 k), not on quality; exact
+# was far better on naval and gas, worse on parkinsons, pol, power (docs/methods/dak.md, "Inference by size")
+SELECT_MAX_ROWS = 20_000
+SELECTED = ("closed_form", "exact")
 GRID_INTERVAL = (0.0, 1.0)
 Q_INIT_STD = 0.05  # q(w) starts at m = 0, s = 0.05 (the paper's code: softplus(−3) ≈ 0.049), not at the prior
 LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in [1, {MAX_LEVEL}]")
@@ -177,9 +185,42 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
 
     def _fit_scaled(self, X, y, X_val, y_val):
         rows = distributed.total_count(len(y))
-        self.inference_ = self.inference if self.inference != "auto" else (
-            "exact" if rows <= EXACT_MAX_ROWS else "closed_form")
+        self.__dict__.pop("inference_scores_", None)
+        if self.inference != "auto":
+            self.inference_ = self.inference
+        elif rows <= EXACT_MAX_ROWS:
+            self.inference_ = "exact"
+        elif X_val is None or rows > SELECT_MAX_ROWS:
+            self.inference_ = "closed_form"
+        else:
+            return self._fit_selected(X, y, X_val, y_val)
         return super()._fit_scaled(X, y, X_val, y_val)
+
+    def _fit_selected(self, X, y, X_val, y_val):
+        """Each inference of ``SELECTED`` fitted in turn (each with half of ``max_time``), the one whose early
+        stopping kept the lower validation NLL kept (``inference_``; ``inference_scores_``: each one's NLL)."""
+        fits, max_time = {}, self.max_time
+        try:
+            if max_time is not None:
+                self.max_time = max_time / len(SELECTED)
+            self._selecting = True  # each candidate its own checkpoint (``_checkpoint``)
+            for kind in SELECTED:
+                self.inference_ = kind
+                super()._fit_scaled(X, y, X_val, y_val)
+                fits[kind] = {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}
+        finally:
+            self.max_time, self._selecting = max_time, False
+        self.inference_scores_ = {kind: float(fit["train_log_"].best_val_nll) for kind, fit in fits.items()}
+        nll = lambda kind: self.inference_scores_[kind] if math.isfinite(self.inference_scores_[kind]) else math.inf
+        self.__dict__.update(fits[min(SELECTED, key=nll)])  # the first of equals
+        return self
+
+    def _checkpoint(self, optimizer, Xt, yt, val=None, *generators):
+        checkpoint = super()._checkpoint(optimizer, Xt, yt, val, *generators)
+        if checkpoint is not None and getattr(self, "_selecting", False):  # path.closed_form, path.exact
+            checkpoint.path = f"{checkpoint.path}.{self.inference_}"
+            checkpoint.fingerprint += f":{self.inference_}"
+        return checkpoint
 
     def build_module(self, in_dim: int) -> WeightSpaceModule:
         """A fresh (untrained) module: the DAK feature map, σ², and q(w) (mean field) unless exact."""
@@ -206,10 +247,13 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         return {**super()._refit_budget(trained_rows, rows), "inference": self._inference()}
 
     def _fitted_state(self) -> dict:
-        return {**super()._fitted_state(), "inference": self.inference_}
+        return {**super()._fitted_state(), "inference": self.inference_,
+                "inference_scores": getattr(self, "inference_scores_", None)}
 
     def _restore(self, state: dict):
         self.inference_ = state.get("inference", self.inference)  # models saved before "auto" hold no choice
+        if state.get("inference_scores") is not None:
+            self.inference_scores_ = state["inference_scores"]
         super()._restore(state)
 
     def _prepare(self, Xt, yt):

@@ -216,6 +216,29 @@ def test_auto_inference_is_exact_up_to_the_row_limit_and_its_refits_and_saved_co
         assert np.array_equal(loaded.predict(Xs), model.predict(Xs))
 
 
+def test_auto_inference_above_the_exact_limit_fits_both_and_keeps_the_lower_validation_nll(monkeypatch, tmp_path):
+    monkeypatch.setattr(dak_module, "EXACT_MAX_ROWS", 50)
+    X, y = _data(120)
+    params = dict(validation_fraction=0.25, bagging=0, **SMALL)  # 90 training rows: above the limit
+    model = ng.DAKRegressor(**params, max_time=600.0, checkpoint=tmp_path / "fit.ckpt").fit(X, y)
+    assert set(model.inference_scores_) == {"closed_form", "exact"} and model.max_time == 600.0
+    assert not any(tmp_path.iterdir())  # each candidate's checkpoint (fit.ckpt.<inference>) removed when done
+    Xs = _data(20, seed=3)[0]
+    for kind in ("closed_form", "exact"):  # each candidate is the fit of that inference alone
+        alone = ng.DAKRegressor(**{**params, "inference": kind}).fit(X, y)
+        assert model.inference_scores_[kind] == alone.train_log_.best_val_nll
+        if kind == model.inference_:
+            assert np.array_equal(model.predict(Xs), alone.predict(Xs))
+            assert model.variance_scale == alone.variance_scale
+    assert model.inference_ == min(model.inference_scores_, key=model.inference_scores_.get)
+    loaded = ng.load(model.save(tmp_path / "model.pt"))
+    assert (loaded.inference_, loaded.inference_scores_) == (model.inference_, model.inference_scores_)
+    assert np.array_equal(loaded.predict(Xs), model.predict(Xs))
+    monkeypatch.setattr(dak_module, "SELECT_MAX_ROWS", 89)  # above the selection limit: the closed form alone
+    model.fit(X, y)
+    assert model.inference_ == "closed_form" and not hasattr(model, "inference_scores_")
+
+
 @pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),
                                           ({"grid_level": 21}, "grid_level"), ({"inference": "cf"}, "inference"),
                                           ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel"),

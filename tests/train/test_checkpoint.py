@@ -11,7 +11,9 @@ import time
 import numpy as np
 import pytest
 
+import neuralgp.models.dak as dak_module
 import neuralgp.train.loop as loop
+from neuralgp import load
 from neuralgp.errors import CheckpointError
 from neuralgp.models import DAKRegressor, DBKRegressor, DKLRegressor, FMGPRegressor, SVGPRegressor
 
@@ -60,6 +62,28 @@ def test_a_killed_fit_resumed_ends_where_an_uninterrupted_fit_ends(tmp_path, mon
     assert (resumed.n_iter_, resumed.train_log_.best_step) == (reference.n_iter_, reference.train_log_.best_step)
     for a, b in zip(resumed.predict(X, return_std=True), reference.predict(X, return_std=True)):
         np.testing.assert_array_equal(a, b)
+    loaded = load(resumed.save(tmp_path / "model.pt"))  # a model with checkpoint=Path(...) saves and loads
+    np.testing.assert_array_equal(loaded.predict(X), resumed.predict(X))
+
+
+def test_dak_killed_while_comparing_inferences_resumes_each_candidate_from_its_own_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(dak_module, "EXACT_MAX_ROWS", 100)  # 270 training rows: "auto" fits both and compares
+
+    def make(**kw):
+        return DAKRegressor(hidden=(8,), embedding_dim=4, n_projections=2, max_epochs=9, max_iter=30, eval_every=3,
+                            verbose=False, **kw)
+    X, y = _data()
+    reference = make().fit(X, y)
+    path = tmp_path / "fit.ckpt"
+    with monkeypatch.context() as m:
+        _kill_after(m, 20)  # the closed form's 9 epochs finish; the exact fit (30 steps) is killed at step 21
+        with pytest.raises(Killed):
+            make(checkpoint=path, checkpoint_every=3).fit(X, y)
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.ckpt.exact"]
+    resumed = make(checkpoint=path, checkpoint_every=3).fit(X, y)
+    assert not any(tmp_path.iterdir())
+    assert (resumed.inference_, resumed.inference_scores_) == (reference.inference_, reference.inference_scores_)
+    np.testing.assert_array_equal(resumed.predict(X), reference.predict(X))
 
 
 def test_a_checkpoint_of_another_fit_is_refused(tmp_path, monkeypatch):
