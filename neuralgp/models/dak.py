@@ -46,8 +46,7 @@ from neuralgp.train import adam, compiled, minibatch_epoch, train
 INFERENCE = ("closed_form", "mc", "exact")
 # "auto" trains the exact posterior up to this many training rows (after any held-out validation part): on the 16
 # small uci sets of the calibration suite (75-1152 training rows) its NLL is 0.17 nats below the closed form's by
-# plain fit; docs/methods/dak.md, "Inference by size". Above it, the closed form (exact unmeasured there at the
-# defaults)
+# plain fit; docs/methods/dak.md, "Inference by size"
 EXACT_MAX_ROWS = 1500
 # Above it "auto" fits both the closed form and exact and keeps the lower validation NLL, up to this many rows: a
 # bound on cost (an exact fit took 23-94 s at 2-12 k rows on this CPU, 120-190 s at 28 k), not on quality; exact
@@ -99,8 +98,11 @@ class _DAKFeatures:
 class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     """Deep additive kernel GP regressor: ``inference="closed_form"`` DAK-CF, ``"mc"`` DAK-MC, ``"exact"`` DAK-exact,
     ``"auto"`` (the default since 2026-12-01; DAK-CF before) exact on at most ``EXACT_MAX_ROWS`` = 1500 training rows
-    and DAK-CF above (``inference_``): exact's NLL is 0.17 ± 0.02 nats lower on the small sets (plain fit, 16 sets),
-    where the mean-field closed form underfits, at ~16× the fit time (docs/methods/dak.md, "Inference by size").
+    (``inference_``): exact's NLL is 0.17 ± 0.02 nats lower on the small sets (plain fit, 16 sets), where the
+    mean-field closed form underfits, at ~16× the fit time. Above, up to ``SELECT_MAX_ROWS`` = 20 000, both are
+    fitted (half of ``max_time`` each) and the one of lower validation NLL kept (``inference_scores_``; since
+    2026-12-02): neither wins on most sets there. DAK-CF beyond, or without a validation part
+    (docs/methods/dak.md, "Inference by size").
 
     ``n_projections`` P base GPs on a level-``grid_level`` grid (M = 2^L − 1 points on (0, 1)) with a
     ``kernel`` of fixed ``lengthscale``; the network D → ``hidden`` → ``embedding_dim`` (D_w) → P
@@ -209,7 +211,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
                 super()._fit_scaled(X, y, X_val, y_val)
                 fits[kind] = {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}
         finally:
-            self.max_time, self._selecting = max_time, False
+            self.max_time = max_time
+            self.__dict__.pop("_selecting", None)
         self.inference_scores_ = {kind: float(fit["train_log_"].best_val_nll) for kind, fit in fits.items()}
         nll = lambda kind: self.inference_scores_[kind] if math.isfinite(self.inference_scores_[kind]) else math.inf
         self.__dict__.update(fits[min(SELECTED, key=nll)])  # the first of equals
