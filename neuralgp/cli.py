@@ -213,6 +213,7 @@ def _fit_and_report(args, main_worker: bool):
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise NeuralGPError(f"--out {out} exists and is not a folder")
+    task = "regression"
     if args.dataset.endswith(".npy") or args.targets is not None:
         model, split, metrics = _fit_streamed(args)
     else:
@@ -221,7 +222,7 @@ def _fit_and_report(args, main_worker: bool):
         cls = registry.estimator_class(args.model, ds.task)
         model = registry.build(args.model, ds.task, **_model_params(args, cls, ds.n_features))
         evaluate = evaluate_regression if ds.task == "regression" else evaluate_classification
-        split, metrics = ds.split, evaluate(model, ds)
+        task, split, metrics = ds.task, ds.split, evaluate(model, ds)
     params = {k: v for k, v in model.get_params().items() if v is None or isinstance(v, (bool, int, float, str))}
     if hasattr(model, "uses_normalized_features"):
         params["normalize_features"] = model.uses_normalized_features()
@@ -239,12 +240,15 @@ def _fit_and_report(args, main_worker: bool):
         print(json.dumps(result, indent=2))
     else:
         keys = (("accuracy", "error", "nll", "ece", "brier", "temperature", "train_seconds", "iterations")
-                if ds.task == "classification" else
+                if task == "classification" else
                 ("mae", "rmse", "mse", "nll", "crps", "coverage_50", "coverage_90", "coverage_95", "mean_z2",
-                 "noise_variance", "variance_scale", "train_seconds", "iterations", "best_iteration"))
-        for key in keys:
+                 "noise_variance", "variance_scale", "train_seconds", "iterations", "best_iteration",
+                 "n_posterior_rows", "inference"))
+        for key in (k for k in keys if k in result):  # a streamed fit has no best iteration; only DAK an inference
             value = result[key]
             print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
+        for kind, nll in result.get("inference_scores", {}).items():
+            print(f"{'validation NLL':>16}: {nll:.4f} ({kind})")
         if out is not None:
             print(f"saved {out / 'model.pt'}")
 

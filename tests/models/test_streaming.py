@@ -125,6 +125,10 @@ def test_cli_fits_on_a_sample_streams_the_rest_and_predicts_files(rows, tmp_path
     assert main(["predict", str(tmp_path / "run" / "model.pt"), str(tmp_path / "X.npy"),
                  "--output", str(tmp_path / "p.npy")]) == 0
     np.testing.assert_allclose(np.load(tmp_path / "p.npy")[:, 0], model.predict(X), rtol=1e-5)
+    assert main(["fit", "--dataset", str(tmp_path / "X.npy"), "--targets", str(tmp_path / "y.npy"), "--model",
+                 "dbk", "--train-rows", "150", "--test-rows", "100", "--max-iter", "10", "--quiet"]) == 0
+    printed = capsys.readouterr().out  # the plain report of a streamed fit (it has no best iteration)
+    assert "n_posterior_rows: 600" in printed and f"rmse: {result['rmse']:.4f}" in printed
     assert main(["fit", "--dataset", str(tmp_path / "X.npy"), "--model", "dbk"]) == 2
     assert "--targets Y.npy" in capsys.readouterr().err
     assert main(["fit", "--dataset", str(tmp_path / "X.npy"), "--targets", str(tmp_path / "y.npy"),
