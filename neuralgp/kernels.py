@@ -3,14 +3,18 @@ method's kernel search. Nothing here re-implements a kernel.
 
 ``make_kernel("matern32", dim=8, ard=True, lengthscale=2.0)`` returns ScaleKernel(MaternKernel(ν=3/2)) with eight
 lengthscales started at 2; the linear kernel carries its own variance and is returned unscaled.
+``predicting()``: the context every GPyTorch exact-GP prediction here runs in.
 """
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from gpytorch.kernels import Kernel, LinearKernel, MaternKernel, RBFKernel, ScaleKernel
+from gpytorch.utils.warnings import GPInputWarning
 
 
 @dataclass(frozen=True)
@@ -55,3 +59,13 @@ def make_kernel(name: str, dim: int | None = None, ard: bool = False, lengthscal
 
 
 STATIONARY_KERNELS = tuple(name for name, spec in KERNELS.items() if spec.stationary)
+
+
+@contextmanager
+def predicting():
+    """GPyTorch's GPInputWarning "The input matches the stored training data. Did you forget to call
+    model.train()?" silenced: it is a hint for hand-written training loops, and our fitted exact GPs predict at
+    their training inputs in eval mode on purpose (``score(X_train, y_train)``, in-sample residuals)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=GPInputWarning)
+        yield

@@ -39,7 +39,7 @@ from neuralgp.errors import ResourceLimitError
 from neuralgp.features import build_backbone
 from neuralgp.features.networks import ACTIVATIONS, BACKBONES, extractor
 from neuralgp.io import register
-from neuralgp.kernels import KERNELS, make_kernel
+from neuralgp.kernels import KERNELS, make_kernel, predicting
 from neuralgp.models.base import NeuralGPClassifier, NeuralGPRegressor
 from neuralgp.models.calibration import softmax_samples
 from neuralgp.params import (BOOL, CHECKPOINT_RULES, COMMON_RULES, NON_NEGATIVE, NONE, POSITIVE, POSITIVE_INT,
@@ -243,6 +243,7 @@ class GPyTorchRegressor(NeuralGPRegressor):
         stack.enter_context(gpytorch.settings.max_root_decomposition_size(self.love_rank))
         if predict:
             stack.enter_context(gpytorch.settings.fast_pred_var())
+            stack.enter_context(predicting())
         return stack
 
     # -- fitting -----------------------------------------------------------------------------------

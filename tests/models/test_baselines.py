@@ -1,10 +1,12 @@
 """GPyTorch peers: same estimator contract, and the exact GP equals scikit-learn's with the same hyper-parameters."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from gpytorch.utils.warnings import GPInputWarning
 from sklearn.base import clone
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
@@ -54,6 +56,9 @@ def test_fit_predict_save_load(cls, tmp_path):
     stored = torch.load(tmp_path / "m.pt", weights_only=True)["fitted"]
     assert ("train_X" in stored) == model.keeps_training_data
     assert clone(model).get_params() == model.get_params()
+    with warnings.catch_warnings():  # at the training inputs: no GPyTorch "did you forget model.train()?"
+        warnings.simplefilter("error", GPInputWarning)
+        model.predict(X)
 
 
 def test_memory_guard_refuses_big_exact_gps():

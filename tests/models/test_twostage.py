@@ -1,10 +1,13 @@
 """Two-stage GPR: the variance model carries only hyper-parameters and kernel, warm starts, the zero-mean case, the
 estimator end to end, persistence and bad input (issue 16 §5)."""
 
+import warnings
+
 import gpytorch
 import numpy as np
 import pytest
 import torch
+from gpytorch.utils.warnings import GPInputWarning
 from sklearn.dummy import DummyRegressor
 
 import neuralgp as ng
@@ -97,6 +100,9 @@ def test_one_stage_is_the_plain_gp_with_its_own_mean(tmp_path):
     assert set(one.stage_seconds_) == {"mean", "search", "variance"}
     loaded = ng.load(one.save(tmp_path / "one.pt"))
     assert np.allclose(loaded.predict(X[:15]), dist["mean"])
+    with warnings.catch_warnings():  # predicting at the training inputs: no "did you forget model.train()?"
+        warnings.simplefilter("error", GPInputWarning)
+        one.score(X, Y)
     with pytest.raises(ValueError, match="mean=None"):
         two_stage(mean=None, variance="gpnn", verbose=False).fit(X, Y)
 
