@@ -12,6 +12,8 @@ made this the default. ``normalize_features=False`` is the paper's procedure, ve
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from neuralgp import distributed
@@ -167,7 +169,15 @@ class DBKRegressor(WeightSpaceRegressor):
             value = -ExactPosterior(stats, theta[0].exp(), theta[1].exp()).log_marginal_likelihood() / stats.n
             value.backward()
             return value
-        opt.step(loss)
+        try:
+            opt.step(loss)
+        except FloatingPointError:  # the line search went where c·ΦᵀΦ + σ²I is numerically singular (c → ∞)
+            if mode is True:  # asked for (or a bag member of a fit that had it): said, then the module's own start
+                warnings.warn("DBK's fitted start (init_hyperparameters=True, or a bag member of a fit that had "
+                              "it): the marginal likelihood of the untrained features grows without bound in their "
+                              "scale on these rows (they nearly interpolate the targets); this fit starts from the "
+                              "default σ² and scale instead", RuntimeWarning, stacklevel=2)
+            return
         if mode == "auto" and float(theta[1].detach().exp()) > FITTED_START_MAX_SCALE2:
             return
         with torch.no_grad():

@@ -369,6 +369,27 @@ def test_init_hyperparameters_auto_fits_the_start_on_small_exact_fits_only(monke
         assert not model.fitted_start_ and model.module_.noise().item() == pytest.approx(0.1)
 
 
+def test_init_hyperparameters_where_the_evidence_drives_the_noise_to_a_singular_gram(monkeypatch):
+    import neuralgp.models.dbk as dbk
+
+    class SingularBelow(dbk.ExactPosterior):  # as a Cholesky of c·ΦᵀΦ + σ²I fails once σ² is tiny against c
+        def __init__(self, stats, noise, outputscale=None):
+            if float(noise) < 1e-3:
+                raise FloatingPointError("Cholesky of ΦᵀΦ + σ²I failed")
+            super().__init__(stats, noise, outputscale)
+    monkeypatch.setattr(dbk, "ExactPosterior", SingularBelow)
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, (120, 2))
+    y = np.sin(2 * X[:, 0]) + X[:, 1]  # noiseless: the evidence wants σ² → 0
+    params = dict(rank=32, hidden=16, max_iter=0, validation_fraction=0.0, recalibration=False, bagging=0,
+                  verbose=False)
+    auto = DBKRegressor(**params).fit(X, y)  # "auto": the module's own start, no error
+    assert not auto.fitted_start_ and auto.module_.noise().item() == pytest.approx(0.1)
+    with pytest.warns(RuntimeWarning, match="grows without bound"):  # True (also a bag member's): said, same start
+        forced = DBKRegressor(init_hyperparameters=True, **params).fit(X, y)
+    assert not forced.fitted_start_ and forced.module_.noise().item() == pytest.approx(0.1)
+
+
 def test_init_hyperparameters_auto_keeps_the_default_start_where_the_evidence_wants_a_large_scale():
     rng = np.random.default_rng(2)
     X = rng.uniform(-1, 1, (120, 2))
