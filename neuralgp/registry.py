@@ -38,8 +38,9 @@ ESTIMATORS = {
     "svdbk": Entry("deep basis kernel GP, mini-batch weight-space SVI (SVDBK)", DBKRegressor,
                    params={"inference": "svi"}),
     "dak": Entry("deep additive kernel: additive 1-D GPs on grids as a Bayesian last layer; the exact posterior up "
-                 f"to {EXACT_MAX_ROWS} training rows; up to {SELECT_MAX_ROWS} both it and the closed-form ELBO, the one "
-                 "of lower validation NLL kept; the closed form above (classification: Monte Carlo softmax)", DAKRegressor, DAKClassifier),
+                 f"to {EXACT_MAX_ROWS} training rows; up to {SELECT_MAX_ROWS} both it and the closed-form ELBO, the "
+                 "one of lower validation NLL kept; the closed form above (classification: Monte Carlo softmax)",
+                 DAKRegressor, DAKClassifier),
     "dak-cf": Entry("deep additive kernel, closed-form ELBO at any size (DAK-CF, the paper's)", DAKRegressor,
                     params={"inference": "closed_form"}),
     "dak-mc": Entry("deep additive kernel, Monte Carlo ELBO (DAK-MC)", DAKRegressor, params={"inference": "mc"}),

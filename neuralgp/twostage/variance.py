@@ -90,8 +90,8 @@ def fit_variance_gp(X, r, kernel: str, warm_start: int | None = 200, seed: int =
 def predictive_variance(model, X) -> tuple[np.ndarray, np.ndarray, float]:
     """(posterior mean of f, variance of f at X, noise σ²); the variance does not depend on the targets' values."""
     X = torch.as_tensor(np.asarray(X, dtype=np.float64), device=model.train_inputs[0].device)
-    with torch.no_grad(), gpytorch.settings.max_cholesky_size(CHOLESKY_ALWAYS), gpytorch.settings.fast_pred_var(False), \
-            predicting():
+    with (torch.no_grad(), gpytorch.settings.max_cholesky_size(CHOLESKY_ALWAYS),
+          gpytorch.settings.fast_pred_var(False), predicting()):
         f = model(X)
         mean, var_f = f.mean.cpu().numpy(), f.variance.clamp_min(0.0).cpu().numpy()
     return mean, var_f, float(model.likelihood.noise.detach())
