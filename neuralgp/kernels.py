@@ -3,7 +3,7 @@ method's kernel search. Nothing here re-implements a kernel.
 
 ``make_kernel("matern32", dim=8, ard=True, lengthscale=2.0)`` returns ScaleKernel(MaternKernel(ν=3/2)) with eight
 lengthscales started at 2; the linear kernel carries its own variance and is returned unscaled.
-``predicting()``: the context every GPyTorch exact-GP prediction here runs in.
+``predicting()``: the context the exact GPyTorch GPs (the baselines, the two-stage variance GP) predict in.
 """
 
 from __future__ import annotations
