@@ -350,7 +350,10 @@ def main(argv=None) -> int:
     try:
         handler(args)
     except NeuralGPError as exc:
-        print(f"neuralgp {args.command}: error: {exc}", file=sys.stderr)
+        from neuralgp.distributed import report_worker_error
+        message = f"neuralgp {args.command}: error: {exc}"
+        if not report_worker_error(message):
+            print(message, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

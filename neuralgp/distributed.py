@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import uuid
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -221,15 +222,45 @@ def exit_worker(code: int = 0):
 def launch(argv: list[str], nproc: int) -> int:
     """Run ``python -m neuralgp ARGV`` in ``nproc`` local workers through torch's own launcher (what
     ``torchrun --standalone --nproc-per-node N`` does; its API, so that our options never meet its parser).
-    Returns 0, or 1 when a worker failed (the launcher has stopped the others and printed the failure)."""
+    Returns 0; 2 when a worker stopped on a ``NeuralGPError`` (bad input, a model that does not train across
+    processes: each distinct message printed once, as one process prints it, without the launcher's report); 1 when
+    a worker failed otherwise (the launcher has stopped the others; its report is printed)."""
+    import logging
+    import shutil
+    import tempfile
+
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0)
+    errors = Path(tempfile.mkdtemp(prefix="neuralgp-workers-"))
+    os.environ[WORKER_ERRORS] = str(errors)
+    agent_log = logging.getLogger("torch.distributed.elastic")
+    level = agent_log.level
+    agent_log.setLevel(logging.CRITICAL)  # its warnings on stopping the other workers; the report below says more
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "neuralgp", *argv)
     except ChildFailedError as exc:
-        print(exc.format_msg(), file=sys.stderr)
-        return 1
+        messages = dict.fromkeys(f.read_text() for f in sorted(errors.iterdir()))
+        print("\n".join(messages) if messages else exc.format_msg(), file=sys.stderr)
+        return 2 if messages else 1
+    finally:
+        agent_log.setLevel(level)
+        os.environ.pop(WORKER_ERRORS, None)
+        shutil.rmtree(errors, ignore_errors=True)
     return 0
+
+
+# the folder where a worker that ``launch`` started leaves its error message (``report_worker_error``)
+WORKER_ERRORS = "NEURALGP_WORKER_ERRORS"
+
+
+def report_worker_error(message: str) -> bool:
+    """In a worker that ``launch`` started: leave ``message`` for the launcher to print once, and return True;
+    elsewhere (one process, or workers torchrun started) return False: the caller prints it."""
+    folder = os.environ.get(WORKER_ERRORS)
+    if not folder or "RANK" not in os.environ or not os.path.isdir(folder):
+        return False
+    Path(folder, os.environ["RANK"]).write_text(message)
+    return True

@@ -221,6 +221,22 @@ def test_cli_nproc_2_fits_what_one_process_fits():
         assert two[key] == pytest.approx(one[key], rel=1e-3), key
 
 
+def test_cli_nproc_error_is_one_line_with_status_2():
+    # every worker meets the same bad request: one line, as one process prints it, not each worker's copy and the
+    # launcher's failure report
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "neuralgp", "fit", "--dataset", "synthetic/step1d", "--n", "100", "--model",
+           "twostage", "--nproc", "2", "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        "neuralgp fit: error: TwoStageGPRegressor does not train across processes (a process group of 2 workers is "
+        "initialised); fit it in one process, or use dbk, svdbk, dak, fmgp, svgp or svdkl regression, which do "
+        "(docs/distributed.md)"]
+    assert done.stdout == ""
+
+
 def test_scaleout_suite_quick_statistics_equal_across_worker_counts():
     from neuralgp.bench.suites.scaleout import format_scaleout, scaleout
     res = scaleout(quick=True)

@@ -133,9 +133,10 @@ class DKMRegressor(NeuralGPRegressor):
         P, need = len(y), self.estimated_memory_gb(len(y))
         if P > self.max_train_size or need > self.max_memory_gb:
             raise ResourceLimitError(
-                f"DKMRegressor learns {self.n_layers} Gram matrices of n × n: n = {P} rows needs O(n³) time per "
-                f"iteration and about {need:.1f} GB (max_train_size = {self.max_train_size}, max_memory_gb = "
-                f"{self.max_memory_gb}). For more rows use dbk, fmgp or twostage-nn")
+                f"DKMRegressor learns {self.n_layers} Gram matrices of n × n: n = {P} training rows (validation "
+                f"rows apart) needs O(n³) time per iteration and about {need:.1f} GB (max_train_size = "
+                f"{self.max_train_size}, max_memory_gb = {self.max_memory_gb}). For more rows use dbk, fmgp or "
+                "twostage-nn, or raise those limits")
         obj = self._objective(X, y)
         progress = None
         if self.verbose:
