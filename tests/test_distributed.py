@@ -139,8 +139,10 @@ def test_two_workers_fit_what_one_process_fits_on_all_rows(tmp_path):
     X_tr, y_tr, X_val, y_val = (np.concatenate([p[i] for p in parts]) for i in range(4))
     exact = DBKRegressor(**DBK_EXACT).fit(X_tr, y_tr, X_val, y_val)
     assert got["exact_steps"] == exact.n_iter_
+    # the float32 network's gradients summed in another order (two shards all-reduced, not one batch) move 40 Adam
+    # steps apart by ~1e-5: on an AMD EPYC under 1e-6, on an Intel Xeon (AVX-512) 1.7e-5
     for a, b in zip(got["exact"], exact.predict(X_test, return_std=True)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     svi = DBKRegressor(**SVDBK_ONE_STEP, batch_size=len(y)).fit(X, y)
     for name, value in svi.module_.state_dict().items():
         torch.testing.assert_close(got["svi_state"][name], value, rtol=1e-4, atol=1e-6)

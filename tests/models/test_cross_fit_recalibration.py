@@ -1,5 +1,7 @@
 """Cross-fitted recalibration: on a small validation part, α comes from the out-of-fold z-scores of all rows."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -106,3 +108,15 @@ def test_fmgp_cross_fits_alpha_with_refits_of_its_fixed_budget():
     assert FMGPRegressor(**small, recalibration="validation").fit(X, y).recalibrated_by_ == "validation"
     off = FMGPRegressor(**small, recalibration=False).fit(X, y)
     assert off.variance_scale == 1.0 and not hasattr(off, "recalibrated_by_")
+
+
+@pytest.mark.parametrize("rows", [3, 7])
+def test_too_few_rows_to_recalibrate_are_said_and_enough_are_silent(rows):
+    X, y = toy(rows)
+    with pytest.warns(UserWarning, match="variances were not recalibrated: its validation part has [01] rows"):
+        model = DBKRegressor(**{**SMALL, "max_iter": 20}).fit(X, y)
+    assert getattr(model, "variance_scale_", None) is None  # the marginal likelihood's variances, unscaled
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*variances were not recalibrated")
+        assert DBKRegressor(**{**SMALL, "max_iter": 20}).fit(*toy(30)).recalibrated_by_ == "cross_fit"
+        DBKRegressor(**{**SMALL, "max_iter": 20, "recalibration": False}).fit(X, y)  # asked for none: no warning
