@@ -7,6 +7,7 @@ import ast
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from neuralgp.errors import NeuralGPError
@@ -348,7 +349,10 @@ def main(argv=None) -> int:
     handler = {"demo": _cmd_demo, "fit": _cmd_fit, "predict": _cmd_predict, "bench": _cmd_bench,
                "datasets": _cmd_datasets}[args.command]
     try:
-        handler(args)
+        with warnings.catch_warnings():  # a warning is one line naming the command, not a file, line and source
+            warnings.showwarning = lambda message, category, *_, **__: print(
+                f"neuralgp {args.command}: {category.__name__}: {message}", file=sys.stderr)
+            handler(args)
     except NeuralGPError as exc:
         from neuralgp.distributed import report_worker_error
         message = f"neuralgp {args.command}: error: {exc}"

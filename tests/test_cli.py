@@ -107,6 +107,18 @@ def test_the_installed_command_exits_2_with_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_warning_is_one_line_naming_the_command(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(7, 2))
+    np.savetxt(tmp_path / "tiny.csv", np.c_[X, X[:, 0]], delimiter=",", header="a,b,y", comments="")
+    assert main(["fit", "--dataset", str(tmp_path / "tiny.csv"), "--max-iter", "20", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "UserWarning" in line] == [
+        line for line in err if line.startswith("neuralgp fit: UserWarning: DBKRegressor's predictive variances were "
+                                                "not recalibrated: its validation part has 1 row ")]
+    assert any("UserWarning" in line for line in err) and not any(".py:" in line for line in err)
+
+
 def test_predict_with_wrong_feature_count_writes_nothing(tmp_path):
     assert main(["fit", "--dataset", "uci/yacht", "--max-iter", "5", "--rank", "4", "--quiet",
                  "--out", str(tmp_path / "m")]) == 0

@@ -360,9 +360,10 @@ class NeuralGPRegressor(SavedModel, RegressorMixin, BaseEstimator):
     def _warn_not_recalibrated(self, n_val: int) -> None:
         """Say that ``fit`` left the variances as the marginal likelihood set them: on a handful of rows that is
         over-confident (5–8 rows of a noisy sine: test mean z² 10–150 for every model, scikit-learn's GP too)."""
+        rows = f"{n_val} row{'' if n_val == 1 else 's'}"
         warnings.warn(f"{type(self).__name__}'s predictive variances were not recalibrated: its validation part "
-                      f"has {n_val} rows (recalibration needs {MIN_RECALIBRATION_POINTS}) and cross-fitting all rows "
-                      f"did not apply (it needs recalibration=True, one process and at least "
+                      f"has {rows} (recalibration needs {MIN_RECALIBRATION_POINTS}) and cross-fitting all rows did "
+                      f"not apply (it needs recalibration=True, one process and at least "
                       f"{max(MIN_RECALIBRATION_POINTS, 2 * CROSS_FIT_FOLDS)} rows whose folds vary); its std is the "
                       "marginal likelihood's alone, often over-confident on few rows", UserWarning, stacklevel=3)
 

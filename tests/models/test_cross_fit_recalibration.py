@@ -113,7 +113,7 @@ def test_fmgp_cross_fits_alpha_with_refits_of_its_fixed_budget():
 @pytest.mark.parametrize("rows", [3, 7])
 def test_too_few_rows_to_recalibrate_are_said_and_enough_are_silent(rows):
     X, y = toy(rows)
-    with pytest.warns(UserWarning, match="variances were not recalibrated: its validation part has [01] rows"):
+    with pytest.warns(UserWarning, match="variances were not recalibrated: its validation part has (0 rows|1 row) "):
         model = DBKRegressor(**{**SMALL, "max_iter": 20}).fit(X, y)
     assert getattr(model, "variance_scale_", None) is None  # the marginal likelihood's variances, unscaled
     with warnings.catch_warnings():
