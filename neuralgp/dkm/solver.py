@@ -9,6 +9,7 @@ A = ½ (∂D'_{ℓ+1}/∂G) G̃,  U = −∂T_ℓ/∂G + λG̃⁻¹,  Q = G̃ (�
 −R(G̃), G = G̃ + δ. ``"care"``: the CARE solved directly (30–40× slower at P ≈ 900; falls back to a Newton step
 when SciPy's solver fails). An update that would leave the positive-definite cone (a Cholesky factorisation
 fails) is retried with β doubled, up to 10 times; then the layer keeps G̃ for this sweep (counted in the log).
+``"joint"``: a few such sweeps, then trust-region Newton on θ and every layer's Gram at once (``_fit_joint``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from threadpoolctl import threadpool_limits
 
 from neuralgp.dkm.objective import DKMObjective
 
-SOLVERS = ("newton", "care", "adam")
+SOLVERS = ("newton", "care", "adam", "joint")
 MAX_SHIFT_DOUBLINGS = 10
 HYPER_ITERATIONS = 50  # L-BFGS iterations on θ after each sweep
 BAD_OBJECTIVE = 1e30
+JOINT_WARM_SWEEPS = 3  # "joint": Newton–Lyapunov sweeps before the joint Newton iterations
 
 
 @dataclass
@@ -232,6 +234,8 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``hyper_lr`` when given (the Grams are ill-conditioned: a rate that does not wreck them in the first steps leaves
     θ, where most of the early gain is, almost still; measured on yacht in docs/methods/dkm.md). ``relaxation`` ω
     over-relaxes each layer's update (``update_layer``; 1 = the paper's block coordinate ascent).
+    "joint": the first ``JOINT_WARM_SWEEPS`` of the ``max_iter`` iterations are "newton" sweeps, the rest trust-region
+    Newton iterations on θ and the Grams together (``_fit_joint``).
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
@@ -246,12 +250,14 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     if solver == "adam":
         return _fit_adam(obj, theta, Gs, max_iter, lr, lr if hyper_lr is None else hyper_lr, learn_hyper, log, start,
                          progress)
-    for _ in range(int(max_iter)):
+    sweeps = min(int(max_iter), JOINT_WARM_SWEEPS) if solver == "joint" else int(max_iter)
+    for _ in range(sweeps):
         value = log.objective[-1]  # ℒ at the current θ and Grams
         if obj.objective != "kernel_hyper":
             for layer in range(obj.n_layers, 0, -1):
                 with torch.no_grad():
-                    updated = update_layer(obj, theta, Gs, layer, lam, beta, solver, value, relaxation)
+                    updated = update_layer(obj, theta, Gs, layer, lam, beta, "care" if solver == "care" else "newton",
+                                           value, relaxation)
                 log.kept += updated is None
                 value = value if updated is None else updated
         if learn_hyper:
@@ -274,7 +280,74 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
         log.report(progress, theta, Gs)
         if not math.isfinite(value):
             raise FloatingPointError(f"the DKM objective became {value}; try a larger lam or beta")
+    if solver == "joint" and max_iter > sweeps:
+        return _fit_joint(obj, theta, Gs, int(max_iter) - sweeps, learn_hyper, log, start, progress)
     return theta.detach(), Gs, log
+
+
+def _fit_joint(obj, theta, Gs, iterations, learn_hyper, log, start, progress):
+    """Trust-region Newton (SciPy's ``trust-krylov``; Hessian-vector products by autograd) on x = (θ, S_1..S_L),
+    G_ℓ = B_ℓ (I + S_ℓ) B_ℓᵀ with B_ℓ = chol(K(G_ℓ₋₁)) M_ℓ and M_ℓ M_ℓᵀ the whitened Gram W_ℓ at the start (S_ℓ
+    symmetrised): each Gram moves with its prior as θ and the layers below change, as in the θ step, and the layer
+    terms' curvature in S is ν_ℓ/2 in every direction, so the Krylov solves see the coupling of the layers and θ
+    (the data term) on a well-scaled problem. The sweeps' slow modes — the layers pulling on each other, θ
+    drifting along a valley where a kernel weight tends to 0 — are what this removes: docs/methods/dkm.md, "Joint
+    Newton iterations". log σ² is held where it sits at ``noise_min`` (else trial points below it are refused)."""
+    P, free = len(obj.Y), obj.objective != "kernel_hyper"
+    bases = [torch.linalg.cholesky(W) for W in whiten(obj, theta, Gs)] if free else []
+    theta = theta.detach().clone()
+    lo = obj.log_noise_min
+    noise_at_floor = lo is not None and float(theta[-1]) <= lo + 1e-9
+    n_theta = 0 if not learn_hyper else len(theta) - 1 if noise_at_floor else len(theta)
+
+    def unpack(x):
+        t = torch.cat([x[:n_theta], theta[n_theta:]])
+        S = x[n_theta:].reshape(len(bases), P, P)
+        grams, previous = [], obj.G0
+        for layer, M in enumerate(bases):
+            B = torch.linalg.cholesky(obj.K(t, layer, previous)) @ M
+            previous = _sym(B @ (obj.eye + _sym(S[layer])) @ B.T)
+            grams.append(previous)
+        return t, (grams if free else None)
+
+    def value(x):
+        t, grams = unpack(x)
+        if lo is not None and float(t[-1]) < lo:
+            raise torch.linalg.LinAlgError("below the noise floor")
+        return obj.value(t, grams)
+
+    def f(x):
+        x = torch.tensor(x, requires_grad=True)
+        try:
+            v = value(x)
+        except torch.linalg.LinAlgError:  # a trial point off the cone or below the floor: refused
+            return BAD_OBJECTIVE, np.zeros(len(x))
+        grad, = torch.autograd.grad(v, x)
+        return -float(v.detach()), -grad.numpy()
+
+    def hessp(x, p):
+        x = torch.tensor(x, requires_grad=True)
+        grad, = torch.autograd.grad(value(x), x, create_graph=True)
+        return -torch.autograd.grad(grad, x, grad_outputs=torch.tensor(p))[0].numpy()
+
+    state = {"theta": theta, "Gs": Gs}
+
+    def record(xk):
+        now = time.perf_counter()
+        elapsed = now - start - log.paused
+        with torch.no_grad():
+            t, grams = unpack(torch.as_tensor(xk))
+            grams = [G.detach() for G in (grams if free else obj.prior_chain(t))]
+            state.update(theta=t.detach(), Gs=grams)
+            log.add(float(obj.value(t, grams)), gram_gradient_norm(obj, t, grams), elapsed)
+        log.paused += time.perf_counter() - now  # bookkeeping, not solver time
+        log.report(progress, t, grams)
+    x0 = np.concatenate([theta[:n_theta].numpy(), np.zeros(len(bases) * P * P)])
+    if not len(x0):  # kernel hyper with θ held: nothing to fit
+        return theta, Gs, log
+    scipy.optimize.minimize(f, x0, jac=True, hessp=hessp, method="trust-krylov", callback=record,
+                            options={"maxiter": iterations, "gtol": 1e-10})
+    return state["theta"], state["Gs"], log
 
 
 def _fit_adam(obj, theta, Gs, steps, lr, hyper_lr, learn_hyper, log, start, progress):

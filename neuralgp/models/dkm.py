@@ -41,7 +41,9 @@ class DKMRegressor(NeuralGPRegressor):
     each) between G₀ = XXᵀ/d and a GP likelihood, the Gram kernel ``kernel`` (eq. 38's "linear+sqexp" by default)
     applied to every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
     (Table 1's baselines). ``solver``: "newton" (one β-shifted Newton–Lyapunov step per layer and sweep), "care"
-    (the Riccati equation solved directly) or "adam" (``max_iter`` Adam steps at ``lr`` on Cholesky factors);
+    (the Riccati equation solved directly), "joint" (3 "newton" sweeps, then trust-region Newton iterations on the
+    Grams and the kernel weights together: docs/methods/dkm.md, "Joint Newton iterations") or "adam" (``max_iter``
+    Adam steps at ``lr`` on Cholesky factors);
     ``relaxation`` ω over-relaxes each layer's update, G̃ + ω(G − G̃) (docs/methods/dkm.md, "Over-relaxed sweeps").
     ``max_iter`` sweeps, each followed by ≤ 50 L-BFGS iterations on the kernel weights and σ² (``learn_hyper``),
     the Grams held in whitened coordinates (they move with their priors).
