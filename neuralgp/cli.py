@@ -292,7 +292,8 @@ def _cmd_bench(args):
     from neuralgp.bench.suites import SUITES
     suite = SUITES[args.suite]
     if not isinstance(suite, Suite):  # a timing or a figure (dbk-speed, dak-toy): run, print, write
-        result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth, quick=args.quick)
+        result = suite.run(args.out, seed=args.seed, root=args.data_root, depth=args.depth, quick=args.quick,
+                           datasets=args.datasets.split(",") if args.datasets else None)
         print(json.dumps(result, indent=2) if args.json else suite.format(result))
         return
     split = lambda v: v.split(",") if v else None  # noqa: E731

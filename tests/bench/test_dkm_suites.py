@@ -26,12 +26,18 @@ def test_summary_counts_iterations_to_the_gap_and_the_speed_up():
     assert s["seconds_to_gap"]["1"] == {"solver": 1.0, "Adam 0.01": 40.0}
     runs["Adam 0.01"]["objective"][-1] = -3.0
     assert summarise(runs)["seconds_to_gap"]["1"]["Adam 0.01"] is None  # never within 1 nat
+    assert s["joint_iterations_to_1e-3"] is None
+    runs["joint"] = {"objective": [-10.0, -0.5], "seconds": [0.0, 5.0]}  # joint ends higher: the best moves
+    s = summarise(runs)
+    assert s["joint_iterations_to_1e-3"] == 1 and s["iterations_to_1e-3"] is None and s["best_adam"] == "Adam 0.01"
 
 
 def test_convergence_run_traces_objective_and_rmse():
-    res = convergence_run("gal/yacht", 0, adam_steps=3, solver_iterations=3)
-    assert set(res["runs"]) == {"solver", *ADAM_RATES}
-    solver = res["runs"]["solver"]
-    assert len(solver["objective"]) == len(solver["rmse"]) == len(solver["seconds"]) == 4
-    assert solver["objective"][-1] > solver["objective"][0]
+    res = convergence_run("gal/yacht", 0, adam_steps=3, solver_iterations=4)
+    assert set(res["runs"]) == {"solver", "joint", *ADAM_RATES}
+    for name in ("solver", "joint"):  # the joint run: 3 sweeps (the solver's own first three), then 1 iteration
+        trace = res["runs"][name]
+        assert len(trace["objective"]) == len(trace["rmse"]) == len(trace["seconds"]) == 5
+        assert trace["objective"][-1] > trace["objective"][0]
+    assert res["runs"]["joint"]["objective"][:4] == pytest.approx(res["runs"]["solver"]["objective"][:4], rel=1e-12)
     assert "gal/yacht split 0" in format_convergence({"runs": [res]})

@@ -51,8 +51,9 @@ CONVERGENCE_SPLITS = {"gal/yacht": [0, 1], "gal/bostonHousing": [0, 1]}
 
 def convergence_run(dataset: str, split: int, root=None, adam_steps: int = ADAM_STEPS,
                     solver_iterations: int = SOLVER_ITERATIONS) -> dict:
-    """ℒ and test RMSE (data units) against solver seconds for the Newton solver and for Adam at each of
-    ``ADAM_RATES``, from the same initialisation; the time spent scoring the test set is not counted."""
+    """ℒ and test RMSE (data units) against solver seconds for the Newton solver ("solver"), the joint Newton
+    iterations ("joint", ``fit_dkm(solver="joint")``, as many iterations) and Adam at each of ``ADAM_RATES``, from
+    the same initialisation; the time spent scoring the test set is not counted."""
     ds = datasets.load(dataset, split=f"gal:{split}", root=root)
     X, y = np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])
     x_scaler, y_scaler = Scaler("standard").fit(X), Scaler("standard").fit(y[:, None])  # as DKMRegressor's fit
@@ -71,26 +72,33 @@ def convergence_run(dataset: str, split: int, root=None, adam_steps: int = ADAM_
         trace.update(objective=log.objective, seconds=log.seconds)
         runs[name] = trace
     run("solver", solver="newton", max_iter=solver_iterations)
+    run("joint", solver="joint", max_iter=solver_iterations)
     for name, (lr, hyper_lr) in ADAM_RATES.items():
         run(name, solver="adam", max_iter=adam_steps, lr=lr, hyper_lr=hyper_lr)
     return {"dataset": dataset, "split": split, "P": len(y), "runs": runs, **summarise(runs)}
 
 
 def summarise(runs: dict) -> dict:
-    """The issue's targets: solver iterations to a 1e-3-nat gap (the optimum taken as the best ℒ any run reached),
-    and the solver's time to reach Adam's best ℒ against the time Adam took to get there; and every run's seconds
-    to come within each of ``GAPS`` nats of that optimum (None: never)."""
+    """The issue's targets: solver iterations to a 1e-3-nat gap (the optimum taken as the best ℒ any run reached;
+    the joint iterations' too, where the run has them), and the solver's time to reach Adam's best ℒ against the
+    time Adam took to get there; and every run's seconds to come within each of ``GAPS`` nats of that optimum
+    (None: never)."""
     best = max(max(r["objective"]) for r in runs.values())
     solver = runs["solver"]
-    gap_iterations = next((i for i, v in enumerate(solver["objective"]) if best - v < 1e-3), None)
-    adam = {k: r for k, r in runs.items() if k != "solver"}
+
+    def iterations_to_gap(trace):
+        return next((i for i, v in enumerate(trace["objective"]) if best - v < 1e-3), None)
+    gap_iterations = iterations_to_gap(solver)
+    adam = {k: r for k, r in runs.items() if k.startswith("Adam")}
     adam_name = max(adam, key=lambda k: max(adam[k]["objective"]))
     adam_best = max(adam[adam_name]["objective"])
     adam_seconds = adam[adam_name]["seconds"][int(np.argmax(adam[adam_name]["objective"]))]
     reach = next((s for v, s in zip(solver["objective"], solver["seconds"]) if v >= adam_best), None)
     to_gap = {f"{gap:g}": {k: next((s for v, s in zip(r["objective"], r["seconds"]) if best - v <= gap), None)
                            for k, r in runs.items()} for gap in GAPS}
-    return {"best_objective": best, "iterations_to_1e-3": gap_iterations, "best_adam": adam_name,
+    return {"best_objective": best, "iterations_to_1e-3": gap_iterations,
+            "joint_iterations_to_1e-3": iterations_to_gap(runs["joint"]) if "joint" in runs else None,
+            "best_adam": adam_name,
             "adam_best_objective": adam_best, "adam_seconds_to_best": adam_seconds,
             "solver_seconds_to_adam_best": reach,
             "speedup": None if reach in (None, 0) else adam_seconds / reach, "seconds_to_gap": to_gap}
@@ -103,8 +111,12 @@ def format_convergence(res: dict) -> str:
         s = summarise(r["runs"])  # from the traces: records written before a summary field existed read the same
         reach, speedup = s["solver_seconds_to_adam_best"], s["speedup"]
         rmse_trace = r["runs"]["solver"]["rmse"]
+        joint = r["runs"].get("joint")
+        joint_text = "" if joint is None else \
+            f" (joint: {s['joint_iterations_to_1e-3']}, final test RMSE {joint['rmse'][-1]:.3f})"
         lines.append(f"  {r['dataset']} split {r['split']} (P = {r['P']}): iterations to 1e-3: "
-                     f"{s['iterations_to_1e-3']}; best Adam ({s['best_adam']}) {s['adam_best_objective']:.3f} in "
+                     f"{s['iterations_to_1e-3']}{joint_text}; best Adam ({s['best_adam']}) "
+                     f"{s['adam_best_objective']:.3f} in "
                      f"{s['adam_seconds_to_best']:.1f} s, solver there in "
                      f"{'never' if reach is None else f'{reach:.1f} s'} "
                      f"(speed-up {'–' if speedup is None else f'{speedup:.1f}×'}); final test RMSE solver "
@@ -122,7 +134,7 @@ def convergence_figure(res: dict, path: Path):
     for j, r in enumerate(runs):
         for name, trace in r["runs"].items():
             t = np.maximum(trace["seconds"], 1e-3)
-            style = dict(color="k", lw=2) if name == "solver" else dict(lw=1)
+            style = {"solver": dict(color="k", lw=2), "joint": dict(color="k", lw=2, ls="--")}.get(name, dict(lw=1))
             gap = r["best_objective"] - np.array(trace["objective"]) + 1e-3  # + 1e-3: the best point stays on a log axis
             axes[0, j].plot(t, gap, label=name, **style)
             axes[1, j].plot(t, trace["rmse"], label=name, **style)
@@ -141,17 +153,21 @@ class ConvergenceSuite:
 
     name: str = "dkm-convergence"
 
-    def run(self, out, root=None, **_) -> dict:
+    def run(self, out, root=None, datasets=None, **_) -> dict:
         """One split at a time, the JSON rewritten after each: a stopped run resumes from the splits it finished
-        (kept only when they ran with the same Adam settings)."""
+        (kept only when they ran with the same Adam settings and solvers); ``datasets``: only these of
+        ``CONVERGENCE_SPLITS`` (the figure shows every split in the JSON)."""
         out = Path(out or "benchmarks/results/dkm-convergence")
         out.mkdir(parents=True, exist_ok=True)
         path = out / "dkm-convergence.json"
-        settings = json.loads(json.dumps({"adam_rates": ADAM_RATES, "adam_steps": ADAM_STEPS}))  # as read back
+        settings = json.loads(json.dumps({"adam_rates": ADAM_RATES, "adam_steps": ADAM_STEPS,  # as read back
+                                          "solvers": ["newton", "joint"]}))
         done = json.loads(path.read_text()) if path.exists() else {}
         runs = done.get("runs", []) if all(done.get(k) == v for k, v in settings.items()) else []
         stamp = {k: v for k, v in environment().items() if k in ("commit", "command", "threads", "machine")}
         for dataset, splits in CONVERGENCE_SPLITS.items():
+            if datasets and dataset not in datasets:
+                continue
             for split in splits:
                 if any(r["dataset"] == dataset and r["split"] == split for r in runs):
                     continue
