@@ -312,7 +312,7 @@ def _fit_joint(obj, theta, Gs, iterations, learn_hyper, log, start, progress):
 
     def value(x):
         t, grams = unpack(x)
-        if lo is not None and float(t[-1]) < lo:
+        if lo is not None and float(t[-1].detach()) < lo:
             raise torch.linalg.LinAlgError("below the noise floor")
         return obj.value(t, grams)
 
