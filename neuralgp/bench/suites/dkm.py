@@ -192,7 +192,7 @@ SUITES = [
                         if "widths 100" not in m and "refit" not in m and "joint" not in m],
           merge_validation=frozenset({"kernel hyper", "features", "DKM", "DKM (recalibrated)",
                                       "DKM (recalibrated; refit)", "DKM (widths 100)",
-                                      "DKM (recalibrated; widths 100)"}),
+                                      "DKM (recalibrated; widths 100)", "DKM (joint)"}),
           note="Gal's 20 splits; seeds are split indices. DKM rows: widths 300, linear + squared-exponential Gram "
                "kernel (lengthscale 1 on standardised inputs), λ = 5, β = 1, 10 solver iterations with ≤ 50 L-BFGS "
                "iterations on the kernel weights and σ² after each, the Grams held in whitened coordinates (records "
