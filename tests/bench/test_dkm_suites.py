@@ -4,7 +4,8 @@ import pytest
 
 from neuralgp.bench.runner import read_records, run_suite
 from neuralgp.bench.suites import SUITES
-from neuralgp.bench.suites.dkm import ADAM_RATES, convergence_run, format_convergence, summarise
+from neuralgp.bench.suites.dkm import ADAM_RATES, ConvergenceSuite, convergence_run, format_convergence, summarise
+from neuralgp.errors import ParameterError
 
 
 def test_quick_table1_rows_and_paper_numbers(tmp_path):
@@ -41,3 +42,9 @@ def test_convergence_run_traces_objective_and_rmse():
         assert trace["objective"][-1] > trace["objective"][0]
     assert res["runs"]["joint"]["objective"][:4] == pytest.approx(res["runs"]["solver"]["objective"][:4], rel=1e-12)
     assert "gal/yacht split 0" in format_convergence({"runs": [res]})
+
+
+def test_convergence_suite_names_its_sets_when_given_another(tmp_path):
+    with pytest.raises(ParameterError, match="gal/yacht, gal/bostonHousing; not uci/wine"):
+        ConvergenceSuite().run(tmp_path / "out", datasets=["uci/wine"])
+    assert not (tmp_path / "out").exists()  # nothing written

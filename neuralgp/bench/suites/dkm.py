@@ -16,6 +16,7 @@ from neuralgp.bench.runner import Suite, environment
 from neuralgp.datasets.scaling import Scaler
 from neuralgp.dkm.prediction import predict
 from neuralgp.dkm.solver import fit_dkm
+from neuralgp.errors import ParameterError
 from neuralgp.io import write_atomic
 from neuralgp.metrics import rmse
 from neuralgp.models import DKMRegressor
@@ -159,6 +160,10 @@ class ConvergenceSuite:
         """One split at a time, the JSON rewritten after each: a stopped run resumes from the splits it finished
         (kept only when they ran with the same Adam settings and solvers); ``datasets``: only these of
         ``CONVERGENCE_SPLITS`` (the figure shows every split in the JSON)."""
+        unknown = set(datasets or ()) - set(CONVERGENCE_SPLITS)
+        if unknown:
+            raise ParameterError(f"dkm-convergence runs {', '.join(CONVERGENCE_SPLITS)}; "
+                                 f"not {', '.join(sorted(unknown))}")
         out = Path(out or "benchmarks/results/dkm-convergence")
         out.mkdir(parents=True, exist_ok=True)
         path = out / "dkm-convergence.json"
@@ -200,8 +205,8 @@ SUITES = [
                "training and validation parts together (the paper's protocol); 'DKM (recalibrated)' holds 10 % of "
                "them out and recalibrates its variances there (the default); 'DKM (recalibrated; refit)' then "
                "refits on all of them, keeping that variance scale (refit=True); 'DKM (widths 100)' and 'DKM "
-               "(recalibrated; widths 100)' are the first two at widths 100; 'DKM (joint)' is 'DKM' with solver='joint' (3 "
-               "sweeps, then 7 joint Newton iterations); exact GP (GPyTorch) and DBK at their "
+               "(recalibrated; widths 100)' are the first two at widths 100; 'DKM (joint)' is 'DKM' with "
+               "solver='joint' (3 sweeps, then 7 joint Newton iterations); exact GP (GPyTorch) and DBK at their "
                "defaults, early-stopped on the validation part (DBK's records under the Gaussian predictive, its "
                "default before 2026-11-29). RMSE in the data's units; NLL on targets standardised by the training "
                "part. The paper's ± are two paired standard errors against the best row.",
