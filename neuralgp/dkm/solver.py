@@ -287,7 +287,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
 
 def _fit_joint(obj, theta, Gs, iterations, learn_hyper, log, start, progress):
     """Trust-region Newton (SciPy's ``trust-krylov``; Hessian-vector products by autograd) on x = (θ, S_1..S_L),
-    G_ℓ = B_ℓ (I + S_ℓ) B_ℓᵀ with B_ℓ = chol(K(G_ℓ₋₁)) M_ℓ and M_ℓ M_ℓᵀ the whitened Gram W_ℓ at the start (S_ℓ
+    the Grams coloured (``colour``) from W_ℓ = M_ℓ (I + S_ℓ) M_ℓᵀ, M_ℓ M_ℓᵀ the whitened Gram at the start (S_ℓ
     symmetrised): each Gram moves with its prior as θ and the layers below change, as in the θ step, and the layer
     terms' curvature in S is ν_ℓ/2 in every direction, so the Krylov solves see the coupling of the layers and θ
     (the data term) on a well-scaled problem. The sweeps' slow modes — the layers pulling on each other, θ
@@ -303,12 +303,8 @@ def _fit_joint(obj, theta, Gs, iterations, learn_hyper, log, start, progress):
     def unpack(x):
         t = torch.cat([x[:n_theta], theta[n_theta:]])
         S = x[n_theta:].reshape(len(bases), P, P)
-        grams, previous = [], obj.G0
-        for layer, M in enumerate(bases):
-            B = torch.linalg.cholesky(obj.K(t, layer, previous)) @ M
-            previous = _sym(B @ (obj.eye + _sym(S[layer])) @ B.T)
-            grams.append(previous)
-        return t, (grams if free else None)
+        whites = [M @ (obj.eye + _sym(S_l)) @ M.T for M, S_l in zip(bases, S)]
+        return t, (colour(obj, t, whites) if free else None)
 
     def value(x):
         t, grams = unpack(x)
