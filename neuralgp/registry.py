@@ -64,7 +64,7 @@ ESTIMATORS = {
                         "GP on each, mixed linearly", GridSVDKLRegressor),
     "twostage": Entry("two-stage GP: kernel-ridge mean (ARD candidates), exact GP variance on cross-fitted residuals, "
                       "kernel search, subsample warm start, heteroscedastic noise, variances recalibrated by held-out "
-                      "z², Student-t predictive",
+                      "z², Student-t predictive; past the device's memory the scalable pipeline of twostage-nn",
                       TwoStageGPRegressor),
     "twostage-nn": Entry("scalable two-stage GP: kernel ridge on "
                          f"{_default(TwoStageGPRegressor, 'n_neighbors')} nearest neighbours (KRRNN) mean, GPnn "

@@ -51,15 +51,23 @@ def _is_regressor(v) -> bool:
     return hasattr(v, "fit") and hasattr(v, "predict") and not isinstance(v, str)
 
 
+def _is_auto(v) -> bool:
+    return isinstance(v, str) and v == "auto"
+
+
 @register
 class TwoStageGPRegressor(NeuralGPRegressor):
-    """Two-stage GP: ``mean`` = "krr-ard" (the default: kernel ridge whose search also tries one lengthscale per
+    """Two-stage GP: ``mean`` = "auto" (the default: "krr-ard" where the exact pipeline fits in memory, else
+    "krrnn"), "krr-ard" (kernel ridge whose search also tries one lengthscale per
     input, from a GP's marginal likelihood on a subsample, ``KernelRidgeCV(ard=True)``; chosen over "krr" on the
     calibration suite's sets and Table 2's: docs/methods/twostage.md, "The default since 2026-11-27"), "krr" (the
     paper's isotropic search only), "krrnn" (kernel ridge on the ``n_neighbors`` nearest rows), any scikit-learn
     regressor (cloned, fitted to the scaled data) or None — one stage: the variance
     GP fitted to the targets themselves gives the mean too (the paper's Exact-GP baseline, zero prior mean on
-    standardised y); ``variance`` = "exact" (the zero-mean GPyTorch GP), "gpnn" (GPnn with ``n_neighbors``
+    standardised y); ``variance`` = "auto" (the default: "exact" where the exact pipeline fits in memory —
+    ``max_memory_gb`` below — else "gpnn": Algorithm 7 up to about 17 000 rows on a 24 GB machine, Algorithm 6 past
+    it, instead of a refusal; docs/methods/twostage.md, "The pipeline by size"), "exact" (the zero-mean GPyTorch GP),
+    "gpnn" (GPnn with ``n_neighbors``
     neighbours, no recalibration, as Algorithm 6) or "svgp" (GPyTorch SVGP at its defaults); ``kernel`` = "auto"
     (search over rbf, matern32, matern12 with ``aks_repeats`` subsamples) or one of them; ``ard_steps`` = the
     marginal-likelihood steps of each GP that gives krr-ard's ARD candidates (18 of them: most of a fit's time);
@@ -80,27 +88,30 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     freedom ``predictive_df_`` fitted by maximum likelihood to the same held-out z-scores as the recalibration
     (``student_t_df``; beyond the paper: the errors of real data are peaked and heavy-tailed — calibrated on 21 of
     21 sets of the calibration suite against the Gaussian's 20, NLL lower on 19: docs/methods/twostage.md), or
-    "gaussian" (the paper's N(mean, variance)); ``max_memory_gb`` = the exact pipeline's memory budget: ``fit``
-    refuses before any work (ResourceLimitError) when its peak, about ``MEMORY_MATRICES`` float64 n × n matrices,
-    would exceed it; None (the default): the device's memory (``device_memory_gb``).
+    "gaussian" (the paper's N(mean, variance)); ``max_memory_gb`` = the exact pipeline's memory budget: past it
+    (its peak is about ``MEMORY_MATRICES`` float64 n × n matrices) "auto" fits the scalable pipeline and
+    ``variance="exact"`` refuses before any work (ResourceLimitError); None (the default): the device's memory
+    (``device_memory_gb``).
 
-    Fitted: ``kernel_`` (the variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
+    Fitted: ``mean_used_`` and ``variance_used_`` (what "auto" chose, else the parameters), ``kernel_`` (the
+    variance kernel's name), ``kernel_scores_`` (every candidate's search score; empty
     for a given kernel), ``mean_model_``, ``variance_model_`` (fitted to the residuals divided by
     ``residual_scale_``, their root mean square), ``noise_shape_`` (the NoiseShape, or None), ``fit_log_``,
     ``stage_seconds_`` (wall-clock of the mean model, the kernel search and the variance model).
     """
 
-    param_rules = {"mean": (NONE, one_of(*MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
-                   "variance": one_of(*VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
+    param_rules = {"mean": (NONE, one_of("auto", *MEAN_MODELS), Rule(_is_regressor, "a scikit-learn regressor")),
+                   "variance": one_of("auto", *VARIANCE_MODELS), "kernel": one_of("auto", *KERNEL_NAMES),
                    "n_neighbors": POSITIVE_INT,
-                   "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT), "residuals": one_of("cross_fit", "in_sample"),
+                   "warm_start": (NONE, one_of(False, "auto"), POSITIVE_INT),
+                   "residuals": one_of("cross_fit", "in_sample"),
                    "aks_repeats": POSITIVE_INT, "ard_steps": POSITIVE_INT, "max_memory_gb": (NONE, POSITIVE),
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
                    "recalibrate": BOOL, "noise": one_of("auto", "homoscedastic", "heteroscedastic"),
                    "predictive": PREDICTIVE, "seed": SEED,
                    "device": DEVICE, "verbose": BOOL}
 
-    def __init__(self, mean="krr-ard", variance="exact", kernel="auto", warm_start="auto", residuals="cross_fit",
+    def __init__(self, mean="auto", variance="auto", kernel="auto", warm_start="auto", residuals="cross_fit",
                  n_neighbors=50, aks_repeats=20, ard_steps=ARD_STEPS, max_memory_gb=None, normalize_y=True,
                  input_scaling="standard",
                  recalibrate=True, noise="auto", predictive="student_t", seed=0, device="cpu", verbose=True):
@@ -123,59 +134,69 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         self.verbose = verbose
 
     def _fit_mean(self, X, y, loo: bool):
-        if isinstance(self.mean, str):
-            return fit_kernel_ridge(X, y, self.n_neighbors if self.mean == "krrnn" else None, self.seed,
-                                    device=self.device, loo=loo, ard=self.mean == "krr-ard", ard_steps=self.ard_steps)
-        return clone(self.mean).fit(X, y)
+        mean = self.mean_used_
+        if isinstance(mean, str):
+            return fit_kernel_ridge(X, y, self.n_neighbors if mean == "krrnn" else None, self.seed,
+                                    device=self.device, loo=loo, ard=mean == "krr-ard", ard_steps=self.ard_steps)
+        return clone(mean).fit(X, y)
 
     def _residuals(self, X, y, cross_fit: bool, mean_model=None) -> np.ndarray:
         """The residuals of ``mean_model`` (default ``mean_model_``), fitted to (X, y): in-sample, or cross-fitted —
         exact leave-one-out for KRR and KRRNN (each row's residual from the same hyper-parameters without it),
         K-fold refits for another regressor."""
         mean_model = self.mean_model_ if mean_model is None else mean_model
-        if self.mean == "krrnn":
+        if self.mean_used_ == "krrnn":
             return y - mean_model.predict(X, exclude_self=cross_fit)
         if not cross_fit:
             return y - mean_model.predict(X)
-        if self.mean in ("krr", "krr-ard"):
+        if self.mean_used_ in ("krr", "krr-ard"):
             return mean_model.loo_residuals()
         out = np.empty_like(y)
         for train, held in KFold(min(CROSS_FIT_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
-            out[held] = y[held] - clone(self.mean).fit(X[train], y[train]).predict(X[held])
+            out[held] = y[held] - clone(self.mean_used_).fit(X[train], y[train]).predict(X[held])
         return out
 
     def _fit_scaled(self, X, y, X_val, y_val):
         if X_val is not None:  # nothing here stops early, α is leave-one-out: the validation part is training data
             X, y = np.vstack([X, X_val]), np.concatenate([y, y_val])
+        need = MEMORY_MATRICES * 8 * len(y) ** 2 / 1e9
+        limit = self.max_memory_gb or device_memory_gb(self.device)
+        exact_fits = need <= limit
+        mean = self.mean if not _is_auto(self.mean) else "krr-ard" if exact_fits else "krrnn"
+        variance = self.variance if self.variance != "auto" else \
+            "exact" if exact_fits or mean is None else "gpnn"
         warm_start = self.warm_start or None  # False (scikit-learn's convention) means none
         if warm_start == "auto":
             warm_start = AUTO_WARM_START if len(y) > 2 * AUTO_WARM_START else None
-        if self.variance == "exact" and warm_start is not None and warm_start > len(y):
+        if variance == "exact" and warm_start is not None and warm_start > len(y):
             raise ValueError(f"warm_start = {self.warm_start} is larger than the {len(y)} training rows; use at "
                              f"most {len(y)} or None (full training)")
-        need = MEMORY_MATRICES * 8 * len(y) ** 2 / 1e9
-        limit = self.max_memory_gb or device_memory_gb(self.device)
-        if self.variance == "exact" and need > limit:
+        if variance == "exact" and not exact_fits:
             source = f"max_memory_gb = {self.max_memory_gb}" if self.max_memory_gb else \
                 f"the {limit:.1f} GB of device {self.device!r} (max_memory_gb overrides it)"
             raise ResourceLimitError(f"the exact variance GP on n = {len(y)} needs about {need:.1f} GB > {source}; "
                                      f"use the scalable pipeline (mean='krrnn', variance='gpnn': registry name "
-                                     f"twostage-nn) or a device with more memory")
-        if self.mean is None and self.noise == "heteroscedastic":
+                                     f"twostage-nn; what mean='auto', variance='auto' choose here) or a device "
+                                     f"with more memory")
+        if mean is None and self.noise == "heteroscedastic":
             raise ValueError("noise='heteroscedastic' shapes the noise from a mean model's held-out errors: give a "
                              "mean model, or noise='homoscedastic' with mean=None (one stage)")
-        if self.mean is None and self.variance != "exact":
-            raise ValueError(f"mean=None (one stage) needs variance='exact', not {self.variance!r}")
+        if mean is None and variance != "exact":
+            raise ValueError(f"mean=None (one stage) needs variance='exact', not {variance!r}")
+        if self.verbose and not exact_fits and (_is_auto(self.mean) or self.variance == "auto"):
+            print(f"two-stage: the exact pipeline on n = {len(y)} would need about {need:.1f} GB > {limit:.1f} GB; "
+                  f"fitting the scalable one (mean={mean!r}, variance={variance!r})")
+        self.mean_used_, self.variance_used_ = mean, variance
         if self.kernel == "auto":
             check_search_rows(len(y))
-        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance == "exact"
-                                                      and self.mean is not None)
+        shaped = self.noise == "heteroscedastic" or (self.noise == "auto" and self.variance_used_ == "exact"
+                                                      and self.mean_used_ is not None)
         heavy_tailed = self.predictive == "student_t"
         held_out = self.recalibrate or shaped or heavy_tailed  # the steps that need errors the mean model did not see
         clock = time.perf_counter()
-        self.mean_model_ = None if self.mean is None else \
+        self.mean_model_ = None if self.mean_used_ is None else \
             self._fit_mean(X, y, loo=held_out or self.residuals == "cross_fit")
-        resid = y if self.mean is None else self._residuals(X, y, self.residuals == "cross_fit")
+        resid = y if self.mean_used_ is None else self._residuals(X, y, self.residuals == "cross_fit")
         # the variance model sees residuals of unit mean square: its hyper-parameters start (GPyTorch's 0.693) and
         # move (100 steps at lr 0.1) on the scale they were made for — unscaled, the noise of a nearly exact mean
         # cannot get below ~0.006 in 100 steps however small the residuals are
@@ -190,7 +211,7 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.kernel_, self.kernel_scores_ = self.kernel, {}
         self.stage_seconds_["search"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        if self.variance == "exact":
+        if self.variance_used_ == "exact":
             self.variance_model_, self.fit_log_ = fit_variance_gp(X, resid, self.kernel_, warm_start, self.seed,
                                                                    device=self.device)
         else:  # a library estimator on the (already scaled) residuals, its own scaling off
@@ -198,11 +219,11 @@ class TwoStageGPRegressor(NeuralGPRegressor):
             self.fit_log_ = {"train_log": self.variance_model_.train_log_}
         self.noise_shape_ = None
         if held_out:
-            honest = resid if self.mean is None or self.residuals == "cross_fit" else \
+            honest = resid if self.mean_used_ is None or self.residuals == "cross_fit" else \
                 self._residuals(X, y, cross_fit=True) / self.residual_scale_
             err, var_f, noise = self._leave_one_out(X, honest)
             if shaped:
-                self.noise_shape_ = NoiseShape(None if self.variance == "exact" else self.n_neighbors,
+                self.noise_shape_ = NoiseShape(None if self.variance_used_ == "exact" else self.n_neighbors,
                                                self.seed, device=self.device).fit(X, err)
                 err, shape = self._held_out_shape(X, y, var_f, noise)
                 noise = noise * shape
@@ -221,10 +242,10 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         its fold refits (the GP itself is not refitted)."""
         folds, err = [], np.empty_like(y)
         for train, held in KFold(min(SHAPE_FOLDS, len(y)), shuffle=True, random_state=self.seed).split(X):
-            if isinstance(self.mean, str):
+            if isinstance(self.mean_used_, str):
                 mean = refit_kernel_ridge(self.mean_model_, X[train], y[train], loo=True)
             else:
-                mean = clone(self.mean).fit(X[train], y[train])
+                mean = clone(self.mean_used_).fit(X[train], y[train])
             err[held] = y[held] - mean.predict(X[held])
             folds.append((train, held, self._residuals(X[train], y[train], True, mean) / self.residual_scale_))
         err /= self.residual_scale_
@@ -238,30 +259,30 @@ class TwoStageGPRegressor(NeuralGPRegressor):
         for the exact GP, the row left out of its neighbourhood for GPnn; SVGP's own variance, which reaches the
         rows only through its inducing points). The predictive for a new point pairs the same two: an error the
         model never saw, a variance from the other rows."""
-        if self.variance == "exact":
+        if self.variance_used_ == "exact":
             loo_mean, loo_var = leave_one_out(self.variance_model_)
             noise = np.full_like(loo_var, float(self.variance_model_.likelihood.noise.detach()))
             var_f = np.maximum(loo_var - noise, 0.0)
         else:
             loo_mean, var_f, loo_var = self.variance_model_._predict_scaled(X, exclude_self=True) \
-                if self.variance == "gpnn" else self.variance_model_._predict_scaled(X)
+                if self.variance_used_ == "gpnn" else self.variance_model_._predict_scaled(X)
             noise = loo_var - var_f
-        err = resid - loo_mean if self.mean is None else resid
+        err = resid - loo_mean if self.mean_used_ is None else resid
         return err, var_f, noise
 
     def _variance_estimator(self):
         scaling = {"input_scaling": "none", "normalize_y": False, "seed": self.seed, "device": self.device,
                    "verbose": self.verbose}
-        if self.variance == "gpnn":
+        if self.variance_used_ == "gpnn":
             return GPnnRegressor(n_neighbors=self.n_neighbors, kernel=self.kernel_, max_iter=GPNN_ITERATIONS,
                                  lr=GPNN_LR, validation_fraction=0.0, **scaling)
         return SVGPRegressor(base_kernel=self.kernel_, **scaling)
 
     def _predict_scaled(self, X):
         s, s2 = self.residual_scale_, self.residual_scale_ ** 2
-        if self.variance == "exact":
+        if self.variance_used_ == "exact":
             gp_mean, var_f, noise = predictive_variance(self.variance_model_, X)
-            mean = gp_mean * s if self.mean is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
+            mean = gp_mean * s if self.mean_used_ is None else np.asarray(self.mean_model_.predict(X), dtype=np.float64)
         else:
             mean = np.asarray(self.mean_model_.predict(X), dtype=np.float64)
             dist = self.variance_model_.predict_dist(X)
@@ -274,40 +295,44 @@ class TwoStageGPRegressor(NeuralGPRegressor):
     def noise_variance_(self) -> float:
         """σ² in the units of y² (with heteroscedastic noise: its mean over the training rows)."""
         self._check_fitted()
-        if self.variance == "exact":
+        if self.variance_used_ == "exact":
             noise = float(self.variance_model_.likelihood.noise.detach())
         else:
             noise = self.variance_model_.noise_variance_
         return noise * self.residual_scale_ ** 2 * self._y_scale ** 2 * self.variance_scale
 
     def _fitted_state(self) -> dict:
-        if not (self.mean is None or isinstance(self.mean, str)):
+        if not (self.mean_used_ is None or isinstance(self.mean_used_, str)):
             raise NotImplementedError("save() keeps a KRR or KRRNN mean only; a model with a scikit-learn mean "
                                       "regressor cannot be saved this way (pickle it yourself)")
-        mean = None if self.mean is None else ridge_state(self.mean_model_)
-        if self.variance == "exact":
+        mean = None if self.mean_used_ is None else ridge_state(self.mean_model_)
+        if self.variance_used_ == "exact":
             gp = self.variance_model_
             variance = {"X": gp.train_inputs[0].cpu(), "r": gp.train_targets.cpu(),
                         "state": {k: v.cpu() for k, v in gp.state_dict().items()}}
         else:
             variance = self.variance_model_._payload()
         shape = None if self.noise_shape_ is None else self.noise_shape_.state()
-        return {"mean": mean, "variance": variance, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_,
+        return {"mean": mean, "variance": variance, "mean_used": self.mean_used_,
+                "variance_used": self.variance_used_, "kernel": self.kernel_, "kernel_scores": self.kernel_scores_,
                 "residual_scale": self.residual_scale_, "noise_shape": shape}
 
     def _restore(self, state: dict):
+        # files from before mean="auto" / variance="auto" hold no resolved names: their parameters were the names
+        self.mean_used_ = state.get("mean_used", self.mean)
+        self.variance_used_ = state.get("variance_used", self.variance)
         self.mean_model_ = None if state["mean"] is None else ridge_from_state(state["mean"], self.device)
         self.kernel_, self.kernel_scores_ = state["kernel"], state["kernel_scores"]
         self.residual_scale_ = state["residual_scale"]
         shape = state.get("noise_shape")  # files from before the option have none
         self.noise_shape_ = None if shape is None else NoiseShape.from_state(shape, self.device)
         g = state["variance"]
-        if self.variance == "exact":
+        if self.variance_used_ == "exact":
             gp = ZeroMeanGP(g["X"].to(self.device), g["r"].to(self.device), gpytorch.likelihoods.GaussianLikelihood(),
                             self.kernel_).to(device=self.device, dtype=torch.float64)
             gp.load_state_dict(g["state"])
             gp.eval()
             self.variance_model_ = gp
         else:
-            cls = GPnnRegressor if self.variance == "gpnn" else SVGPRegressor
+            cls = GPnnRegressor if self.variance_used_ == "gpnn" else SVGPRegressor
             self.variance_model_ = cls._from_payload(g)

@@ -170,7 +170,7 @@ def test_recalibration_scales_the_variances_by_the_leave_one_out_z2(pipeline, tm
     one_noise = {"noise": "homoscedastic", "kernel": "rbf", "verbose": False} | pipeline
     plain = two_stage(recalibrate=False, **one_noise).fit(X, Y)
     model = two_stage(**one_noise).fit(X, Y)
-    z2 = _loo_z2(model, model.variance_model_.train_targets.numpy() if model.variance == "exact"
+    z2 = _loo_z2(model, model.variance_model_.train_targets.numpy() if model.variance_used_ == "exact"
                  else model.variance_model_.train_y_)
     alpha = np.mean(z2) + 0.5 * np.sqrt(np.var(z2) / (len(z2) - 1))
     assert model.variance_scale_ == pytest.approx(alpha) and model.recalibrated_by_ == "leave_one_out"
@@ -211,15 +211,45 @@ def test_bad_parameters_are_clear_errors(params, error, match):
 
 def test_past_its_memory_the_exact_pipeline_refuses_before_any_work(monkeypatch):
     need = twostage.MEMORY_MATRICES * 8 * len(Y) ** 2 / 1e9
-    model = two_stage(max_memory_gb=need / 2, verbose=False)
+    model = two_stage(variance="exact", max_memory_gb=need / 2, verbose=False)
     with pytest.raises(ResourceLimitError, match=f"max_memory_gb = {need / 2}.*twostage-nn"):
         model.fit(X, Y)
-    assert not hasattr(model, "mean_model_")
+    assert not hasattr(model, "mean_model_") and not hasattr(model, "variance_used_")
     monkeypatch.setattr(twostage, "device_memory_gb", lambda device: need / 2)  # the default: the device's memory
     with pytest.raises(ResourceLimitError, match="of device 'cpu' \\(max_memory_gb overrides it\\)"):
-        two_stage(verbose=False).fit(X, Y)
-    two_stage(max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
+        two_stage(variance="exact", verbose=False).fit(X, Y)
+    with pytest.raises(ResourceLimitError, match="exact variance GP"):  # one stage has no scalable pipeline
+        two_stage(mean=None, verbose=False).fit(X, Y)
+    two_stage(variance="exact", max_memory_gb=2 * need, kernel="rbf", verbose=False).fit(X, Y)
     two_stage(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=10, verbose=False).fit(X, Y)  # not n²
+
+
+def test_auto_fits_the_exact_pipeline_where_it_fits_in_memory_and_the_scalable_one_past_it(tmp_path, capsys):
+    need = twostage.MEMORY_MATRICES * 8 * len(Y) ** 2 / 1e9
+    exact = ng.TwoStageGPRegressor(mean="krr", kernel="rbf", max_memory_gb=2 * need, verbose=False).fit(X, Y)
+    assert (exact.mean_used_, exact.variance_used_) == ("krr", "exact")
+    assert isinstance(exact.variance_model_, ZeroMeanGP)
+    auto = ng.TwoStageGPRegressor(kernel="rbf", n_neighbors=20, max_memory_gb=need / 2).fit(X, Y)
+    assert (auto.mean_used_, auto.variance_used_) == ("krrnn", "gpnn")
+    assert "fitting the scalable one (mean='krrnn', variance='gpnn')" in capsys.readouterr().out
+    scalable = ng.TwoStageGPRegressor(mean="krrnn", variance="gpnn", kernel="rbf", n_neighbors=20,
+                                      verbose=False).fit(X, Y)  # what auto chose, named
+    assert np.allclose(auto.predict(X[:20], return_std=True), scalable.predict(X[:20], return_std=True))
+    loaded = ng.load(auto.save(tmp_path / "auto.pt"))
+    assert (loaded.mean, loaded.variance, loaded.mean_used_, loaded.variance_used_) == ("auto", "auto", "krrnn",
+                                                                                         "gpnn")
+    assert np.allclose(loaded.predict(X[:20], return_std=True), auto.predict(X[:20], return_std=True))
+
+
+def test_a_file_from_before_auto_loads_with_its_named_pipeline(tmp_path):
+    model = two_stage(kernel="rbf", variance="exact", verbose=False).fit(X[:60], Y[:60])
+    path = model.save(tmp_path / "old.pt")
+    saved = torch.load(path, weights_only=True)
+    del saved["fitted"]["mean_used"], saved["fitted"]["variance_used"]  # what files saved before "auto" hold
+    torch.save(saved, path)
+    loaded = ng.load(path)
+    assert (loaded.mean_used_, loaded.variance_used_) == ("krr", "exact")
+    assert np.allclose(loaded.predict(X[60:], return_std=True), model.predict(X[60:], return_std=True))
 
 
 def test_a_model_saved_from_a_gpu_loads_onto_the_cpu_where_there_is_none(tmp_path):

@@ -50,7 +50,7 @@ def test_two_stage_with_the_default_ard_mean_fits_and_round_trips(tmp_path):
     # that at 150 steps): 40 ARD steps keep the irrelevant inputs' lengthscales 6x the relevant one's and the
     # fits 3-4x faster
     model = ng.TwoStageGPRegressor(kernel="rbf", warm_start=None, ard_steps=40, verbose=False).fit(X[:80], y[:80])
-    assert model.mean == "krr-ard"  # the default mean
+    assert model.mean_used_ == "krr-ard"  # the default mean where the exact pipeline fits
     assert len(model.mean_model_.length_scale_) == 4
     mean, std = model.predict(Xt, return_std=True)
     assert np.sqrt(np.mean((mean - np.sin(2 * Xt[:, 0])) ** 2)) < 0.1 and np.all(std > 0)

@@ -54,17 +54,18 @@ def _both_fits(label: str, name: str) -> dict:
 
 
 # the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
+KRR_EXACT = {"mean": "krr", "variance": "exact"}  # the two-stage default before 2026-11-27 (variance: before 12-02)
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
 TWINS = {row: twin for label in WITH_TWINS for row, twin in _twins(label).items()}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
-        # the variants below change the default of before 2026-11-27, mean="krr", one step each
-        "Two-stage (KRR mean)": factory("twostage", mean="krr"),
-        "Two-stage (Gaussian)": factory("twostage", mean="krr", predictive="gaussian"),
-        "Two-stage (homoscedastic)": factory("twostage", mean="krr", noise="homoscedastic", predictive="gaussian"),
-        "Two-stage (no recalibration)": factory("twostage", mean="krr", recalibrate=False, noise="homoscedastic",
+        # the variants below change the default of before 2026-11-27 (KRR_EXACT), one step each
+        "Two-stage (KRR mean)": factory("twostage", **KRR_EXACT),
+        "Two-stage (Gaussian)": factory("twostage", **KRR_EXACT, predictive="gaussian"),
+        "Two-stage (homoscedastic)": factory("twostage", **KRR_EXACT, noise="homoscedastic", predictive="gaussian"),
+        "Two-stage (no recalibration)": factory("twostage", **KRR_EXACT, recalibrate=False, noise="homoscedastic",
                                                 predictive="gaussian"),
-        "Two-stage (RBF variance)": factory("twostage", mean="krr", kernel="rbf", recalibrate=False,
+        "Two-stage (RBF variance)": factory("twostage", **KRR_EXACT, kernel="rbf", recalibrate=False,
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
         # DAK's default before 2026-12-01, the closed form at any size (since then: exact up to 1500 training rows;
