@@ -86,6 +86,10 @@ def evaluate_regression(model, ds, recalibrate: bool = False, merge_validation: 
                   n_train=len(ds.y_train), n_test=len(ds.y_test), target_scale="standardized by train mean/std")
     if getattr(model, "inference_scores_", None):  # DAK's "auto" compared inferences: each one's validation NLL
         report.update(inference=model.inference_, inference_scores=model.inference_scores_)
+    if hasattr(model, "variance_used_"):  # two-stage: which pipeline "auto" fitted (by the device's memory)
+        used = model.mean_used_
+        report.update(mean_used=used if used is None or isinstance(used, str) else type(used).__name__,
+                      variance_used=model.variance_used_)
     for stage, seconds in getattr(model, "stage_seconds_", {}).items():  # two-stage: mean, search, variance
         report[f"{stage}_seconds"] = seconds
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in report.items()}

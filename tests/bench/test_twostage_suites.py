@@ -21,6 +21,7 @@ def test_quick_exact_and_warm_start_tables(tmp_path):
         assert (r["variance_scale"] != 1.0) == (r["model"] in ("Two-stage (LOO-recalibrated)",
                                                                "Two-stage (heteroscedastic)", "Two-stage (Student-t)"))
         assert (r["predictive_df"] is not None) == (r["model"] == "Two-stage (Student-t)")
+        assert r["variance_used"] == "exact" and r["mean_used"] == (None if r["model"] == "Exact-GP (RBF)" else "krr")
     table = (out / "table.md").read_text()
     assert "1.29 ± 0.42" in table and table.count("0.41 ± 0.16") == 2  # the paper's Yacht row beside both of ours
     out = run_suite(SUITES["twostage-warmstart"], tmp_path / "warm", dataset_names=["gal/yacht"], quick=True,
@@ -35,6 +36,8 @@ def test_scalable_quick_runs_the_nearest_neighbour_rows(tmp_path):
     records = read_records(out / "results.jsonl")
     assert all(r["status"] == "ok" and r["hc_rmse"] > 0 and r["lc_rmse"] > 0 for r in records)
     assert {r["params"]["mean"] for r in records if r["model"] == "Two-stage GPnn"} == {"krrnn"}  # Algorithm 6's mean
+    assert {(r["mean_used"], r["variance_used"]) for r in records if r["model"] == "Two-stage GPnn"} == {("krrnn",
+                                                                                                       "gpnn")}
     assert "| Two-stage GPnn | 1/1 |" in (out / "table.md").read_text()
 
 
