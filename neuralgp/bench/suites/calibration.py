@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from neuralgp.bench.calibration import CALIBRATION
 from neuralgp.bench.runner import Suite
+from neuralgp.bench.suites.twostage import KRR_EXACT
 from neuralgp.registry import factory
 
 UCI = ["autompg", "autos", "bike", "breastcancer", "challenger", "concrete", "concreteslump", "energy", "fertility",
@@ -54,12 +55,12 @@ def _both_fits(label: str, name: str) -> dict:
 
 
 # the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
-KRR_EXACT = {"mean": "krr", "variance": "exact"}  # the two-stage default before 2026-11-27 (variance: before 12-02)
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
 TWINS = {row: twin for label in WITH_TWINS for row, twin in _twins(label).items()}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
-        # the variants below change the default of before 2026-11-27 (KRR_EXACT), one step each
+        # the variants below change the default of before 2026-11-27 (KRR_EXACT; variance "exact" until 12-02), one
+        # step each
         "Two-stage (KRR mean)": factory("twostage", **KRR_EXACT),
         "Two-stage (Gaussian)": factory("twostage", **KRR_EXACT, predictive="gaussian"),
         "Two-stage (homoscedastic)": factory("twostage", **KRR_EXACT, noise="homoscedastic", predictive="gaussian"),

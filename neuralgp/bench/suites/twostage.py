@@ -84,7 +84,8 @@ def as_printed(name: str, **params):
     return factory(name, **(paper | ESTIMATORS[name].params | params))
 
 
-KRR_EXACT = {"mean": "krr", "variance": "exact"}  # the library's steps on the paper's Algorithm 7
+# the library's steps on the paper's Algorithm 7: also the two-stage default of before 2026-11-27 (calibration rows)
+KRR_EXACT = {"mean": "krr", "variance": "exact"}
 EXACT_RBF = as_printed("twostage", mean=None, kernel="rbf", warm_start=None)
 TWOSTAGE_NOTE = ("Gal's splits (90 % train incl. our validation part, which every row here trains on; 10 % test); "
                  "seeds are split indices. RMSE in the data's units; NLL per test point on targets standardised "
