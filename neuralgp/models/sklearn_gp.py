@@ -1,7 +1,9 @@
 """scikit-learn's ``GaussianProcessRegressor`` in neuralgp's interface: the small-data GP users already trust.
 
 The setting users reach for: ARD RBF times a constant plus white noise, inputs standardised, targets normalised,
-the L-BFGS marginal-likelihood fit restarted ``n_restarts_optimizer`` times. A validation part given to ``fit`` is
+the L-BFGS marginal-likelihood fit restarted ``n_restarts_optimizer`` times; ``ard=False``: one lengthscale for all
+inputs (fewer hyper-parameters to over-fit on small data: docs/methods/baselines.md, "Where baselines stay at the
+mean"). A validation part given to ``fit`` is
 added to the training data (nothing here stops early). O(n³) time and O(n²) memory: past ``max_train_size`` rows
 ``fit`` stops with ``ResourceLimitError`` before allocating. Saved files hold the (scaled) training data and the
 fitted kernel; loading refits the posterior with the optimiser off.
@@ -23,20 +25,25 @@ from neuralgp.params import BOOL, NON_NEGATIVE, POSITIVE_INT, SEED, integer, one
 
 @register
 class SklearnGPRegressor(NeuralGPRegressor):
-    """Exact GP from scikit-learn: k = c·RBF-ARD + white noise, ``n_restarts_optimizer`` L-BFGS restarts."""
+    """Exact GP from scikit-learn: k = c·RBF (ARD unless ``ard=False``) + white noise, ``n_restarts_optimizer``
+    L-BFGS restarts."""
 
-    param_rules = {"n_restarts_optimizer": integer(0), "max_train_size": POSITIVE_INT, "normalize_y": BOOL,
+    param_rules = {"n_restarts_optimizer": integer(0), "ard": BOOL, "max_train_size": POSITIVE_INT, "normalize_y": BOOL,
                    "input_scaling": one_of(*Scaler.KINDS), "jitter": NON_NEGATIVE, "seed": SEED, "verbose": BOOL}
 
-    def __init__(self, n_restarts_optimizer=2, max_train_size=5000, jitter=1e-10, normalize_y=True,
+    def __init__(self, n_restarts_optimizer=2, ard=True, max_train_size=5000, jitter=1e-10, normalize_y=True,
                  input_scaling="standard", seed=0, verbose=True):
         self.n_restarts_optimizer = n_restarts_optimizer
+        self.ard = ard
         self.max_train_size = max_train_size
         self.jitter = jitter
         self.normalize_y = normalize_y
         self.input_scaling = input_scaling
         self.seed = seed
         self.verbose = verbose
+
+    def _kernel(self, n_features: int):
+        return ConstantKernel(1.0) * RBF(np.ones(n_features) if self.ard else 1.0) + WhiteKernel(1.0)
 
     def _gpr(self, kernel, optimize: bool) -> GaussianProcessRegressor:
         return GaussianProcessRegressor(kernel, alpha=self.jitter, optimizer="fmin_l_bfgs_b" if optimize else None,
@@ -49,8 +56,7 @@ class SklearnGPRegressor(NeuralGPRegressor):
             raise ResourceLimitError(
                 f"SklearnGPRegressor on n = {len(y)} rows needs O(n³) time and {8 * len(y) ** 2 * 3 / 1e9:.1f} GB; "
                 f"max_train_size = {self.max_train_size}. Use a sparse or weight-space model (sgpr, svgp, dbk)")
-        kernel = ConstantKernel(1.0) * RBF(np.ones(X.shape[1])) + WhiteKernel(1.0)
-        self.gpr_ = self._gpr(kernel, optimize=True).fit(X, y)
+        self.gpr_ = self._gpr(self._kernel(X.shape[1]), optimize=True).fit(X, y)
         return self
 
     def _predict_scaled(self, X):
@@ -76,6 +82,5 @@ class SklearnGPRegressor(NeuralGPRegressor):
                 "theta": torch.as_tensor(self.gpr_.kernel_.theta)}
 
     def _restore(self, state: dict):
-        d = self.n_features_in_
-        kernel = (ConstantKernel(1.0) * RBF(np.ones(d)) + WhiteKernel(1.0)).clone_with_theta(state["theta"].numpy())
+        kernel = self._kernel(self.n_features_in_).clone_with_theta(state["theta"].numpy())
         self.gpr_ = self._gpr(kernel, optimize=False).fit(state["X"].numpy(), state["y"].numpy())

@@ -41,6 +41,20 @@ def test_validation_part_joins_training_and_save_load_round_trips(tmp_path):
     np.testing.assert_allclose(loaded.predict(X, return_std=True), model.predict(X, return_std=True), rtol=1e-9)
 
 
+def test_one_lengthscale_fits_scikit_learns_isotropic_rbf_and_round_trips(tmp_path):
+    X, y = _data()
+    model = SklearnGPRegressor(n_restarts_optimizer=0, ard=False, verbose=False).fit(X, y)
+    assert np.ndim(model.kernel_.k1.k2.length_scale) == 0
+    xs, ys = StandardScaler().fit(X), StandardScaler().fit(y[:, None])
+    ref = GaussianProcessRegressor(ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(1.0), alpha=1e-10,
+                                   n_restarts_optimizer=0, random_state=0)
+    ref.fit(xs.transform(X), ys.transform(y[:, None])[:, 0])
+    np.testing.assert_allclose(model.predict(X), ys.inverse_transform(ref.predict(xs.transform(X))[:, None])[:, 0],
+                               rtol=1e-8)
+    loaded = neuralgp.load(model.save(tmp_path / "gp.pt"))
+    np.testing.assert_allclose(loaded.predict(X, return_std=True), model.predict(X, return_std=True), rtol=1e-9)
+
+
 def test_too_many_rows_is_a_clear_error_before_work():
     X, y = _data(50)
     with pytest.raises(ResourceLimitError, match="max_train_size = 40.*sgpr, svgp, dbk"):
