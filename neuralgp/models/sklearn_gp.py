@@ -1,12 +1,11 @@
 """scikit-learn's ``GaussianProcessRegressor`` in neuralgp's interface: the small-data GP users already trust.
 
-The setting users reach for: ARD RBF times a constant plus white noise, inputs standardised, targets normalised,
-the L-BFGS marginal-likelihood fit restarted ``n_restarts_optimizer`` times; ``ard=False``: one lengthscale for all
+The setting users reach for: ARD RBF times a constant plus white noise, inputs standardised, targets normalised, the
+L-BFGS marginal-likelihood fit restarted ``n_restarts_optimizer`` times; ``ard=False``: one lengthscale for all
 inputs (fewer hyper-parameters to over-fit on small data: docs/methods/baselines.md, "Where baselines stay at the
-mean"). A validation part given to ``fit`` is
-added to the training data (nothing here stops early). O(n³) time and O(n²) memory: past ``max_train_size`` rows
-``fit`` stops with ``ResourceLimitError`` before allocating. Saved files hold the (scaled) training data and the
-fitted kernel; loading refits the posterior with the optimiser off.
+mean"). A validation part given to ``fit`` is added to the training data (nothing here stops early). O(n³) time and
+O(n²) memory: past ``max_train_size`` rows ``fit`` stops with ``ResourceLimitError`` before allocating. Saved files
+hold the (scaled) training data and the fitted kernel; loading refits the posterior with the optimiser off.
 """
 
 from __future__ import annotations
