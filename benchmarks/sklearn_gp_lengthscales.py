@@ -11,12 +11,10 @@ Used for docs/methods/baselines.md, "Where baselines stay at the mean".
 """
 
 import json
-import statistics
 import sys
-from collections import defaultdict
 
 from neuralgp import datasets
-from neuralgp.bench.calibration import MEAN_PREDICTOR_RMSE, MIN_POOLED_TEST, SIGNAL_RMSE, calibrated, pooled
+from neuralgp.bench.calibration import MIN_POOLED_TEST, beats_mean_predictor, calibrated, metric_by_split, pooled
 from neuralgp.bench.evaluate import evaluate_regression
 from neuralgp.models import SklearnGPRegressor
 
@@ -43,34 +41,27 @@ def fit(results, out, shard, count):
 def report(results, out):
     ours = read(out)
     done = {(r["dataset"], r["split"]) for r in ours}
-    records = [r for r in read(results) if "coverage_95" in r]
-    by = defaultdict(list)
-    for r in records + ours:
-        if (r["dataset"], r["split"]) in done:
-            by[r["dataset"], r["model"]].append(r)
+    records = [r for r in read(results) + ours if (r["dataset"], r["split"]) in done]  # the splits both rows ran
+    rmses = metric_by_split(records, "rmse")
     counts = {ARD: [0, 0, 0, 0], ONE: [0, 0, 0, 0]}  # calibrated, counted, beats mean, with signal
     print("set\tsplits\tARD RMSE / NLL / verdict\tone lengthscale RMSE / NLL / verdict")
     for dataset in sorted({d for d, _ in done}):
-        splits = {s for d, s in done if d == dataset}
-        signal = any(statistics.mean(r["rmse"] for r in rs) < SIGNAL_RMSE for (d, _), rs in by.items()
-                     if d == dataset and {r["split"] for r in rs} >= splits)
         cells = []
         for row in (ARD, ONE):
-            rs = [r for r in by[dataset, row] if r["split"] in splits]
-            p = pooled(rs)
+            p = pooled([r for r in records if r["dataset"] == dataset and r["model"] == row])
             ok = calibrated(p)
             if p["n_test"] >= MIN_POOLED_TEST:
                 counts[row][0] += ok
                 counts[row][1] += 1
-                if signal:
-                    counts[row][2] += p["rmse"] < MEAN_PREDICTOR_RMSE
+                beats = beats_mean_predictor(rmses, dataset, row)
+                if beats is not None:
+                    counts[row][2] += beats
                     counts[row][3] += 1
             cells.append(f"{p['rmse']:.3f} / {p['nll']:.3f} / {p['coverage_95']:.3f} {p['mean_z2']:.2f} "
                          f"{'✓' if ok else '✗'}")
-        print(f"{dataset}\t{len(splits)}\t" + "\t".join(cells))
+        print(f"{dataset}\t{p['splits']}\t" + "\t".join(cells))
     for row, (ok, n, beats, with_signal) in counts.items():
         print(f"{row}: calibrated {ok}/{n}; beats mean {beats}/{with_signal}")
-
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[3] == "--report":
