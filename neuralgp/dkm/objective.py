@@ -7,6 +7,11 @@ L_M(G; G') = (ν/2) log|G| − (ν/2) Tr(K(G')⁻¹G) − (ν/2) log|K(G')| = �
 
 θ = (log w of each of the L + 1 kernel applications K_0..K_L, log σ²), one flat tensor; σ² ≥ ``noise_min``, a bound
 the solvers keep (``hyper_bounds``): the learned top Gram can absorb the targets, and without it σ² falls to 0.
+
+With ``input_width`` ν_Ω the inputs' Gram is learned too (App. F, the spec's §3.7): G₀ = XΩXᵀ/ν₀ with a ν₀ × ν₀
+input metric Ω ~ W(I/ν_Ω, ν_Ω), whose term L_M(Ω; I) = (ν_Ω/2) log|Ω| − (ν_Ω/2) Tr Ω joins ℒ (the DKM objective only).
+Ω = I is its prior mean and the model without it; the squared-exponential part of K₀ then sees the learned metric
+(x − x')ᵀΩ(x − x')/ν₀, a relevance (and rotation) of the inputs with a Wishart prior.
 """
 
 from __future__ import annotations
@@ -50,17 +55,44 @@ def gaussian_kl(S1, S0) -> torch.Tensor:
 class DKMObjective:
     """ℒ for inputs X (P × ν₀, G₀ = XXᵀ/ν₀), targets Y (P × C) and widths ν_1..ν_L."""
 
-    def __init__(self, X, Y, widths, kernel: GramKernel, objective: str = "dkm", noise_min: float = 0.0):
+    def __init__(self, X, Y, widths, kernel: GramKernel, objective: str = "dkm", noise_min: float = 0.0,
+                 input_width: float | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
+        if input_width is not None and objective != "dkm":
+            raise ValueError(f"input_width (a learned input metric) belongs to the DKM objective, not {objective!r}; "
+                             "give input_width=None")
         self.X = torch.as_tensor(X, dtype=torch.float64)
         Y = torch.as_tensor(Y, dtype=torch.float64)
         self.Y = Y[:, None] if Y.ndim == 1 else Y
         self.widths = [float(v) for v in widths]
         self.kernel, self.objective, self.noise_min = kernel, objective, float(noise_min)
-        self.G0 = self.X @ self.X.T / self.X.shape[1]
+        self.input_width = None if input_width is None else float(input_width)
+        self.set_omega(torch.eye(self.X.shape[1], dtype=torch.float64))
         self.G_out = self.Y @ self.Y.T / self.Y.shape[1]  # G_{L+1} = YYᵀ/ν_{L+1}
         self.eye = torch.eye(len(self.Y), dtype=torch.float64)
+
+    def set_omega(self, omega) -> None:
+        """Set the input metric Ω (ν₀ × ν₀; I without ``input_width``) and with it G₀ = XΩXᵀ/ν₀."""
+        self.omega = torch.as_tensor(omega, dtype=torch.float64)
+        self.G0 = self.input_gram(self.omega)
+
+    def input_gram(self, omega) -> torch.Tensor:
+        """G₀ = XΩXᵀ/ν₀ of the training rows (differentiable in Ω)."""
+        return self.X @ omega @ self.X.T / self.X.shape[1]
+
+    def input_cross(self, X_test) -> tuple[torch.Tensor, torch.Tensor]:
+        """(G₀ between test and training rows, diag G₀ of the test rows) under the current Ω."""
+        Xt = torch.as_tensor(X_test, dtype=torch.float64)
+        XtO = Xt @ self.omega
+        return XtO @ self.X.T / self.X.shape[1], (XtO * Xt).sum(1) / self.X.shape[1]
+
+    def input_term(self, omega=None) -> torch.Tensor | float:
+        """L_M(Ω; I) = (ν_Ω/2) log|Ω| − (ν_Ω/2) Tr Ω, the input metric's term of ℒ (0 without ``input_width``)."""
+        if self.input_width is None:
+            return 0.0
+        omega = self.omega if omega is None else omega
+        return 0.5 * self.input_width * (logdet(omega) - torch.trace(omega))
 
     @property
     def n_layers(self) -> int:
@@ -124,6 +156,7 @@ class DKMObjective:
         total = log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y)
         if self.objective == "kernel_hyper":
             return total - 0.5 * len(self.Y) * sum(self.widths)
+        total = total + self.input_term()
         previous = self.G0
         for layer, (G, nu) in enumerate(zip(Gs, self.widths)):
             total = total + layer_term(G, self.K(theta, layer, previous), nu, self.objective != "features")

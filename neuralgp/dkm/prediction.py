@@ -15,9 +15,8 @@ def predict(obj: DKMObjective, theta, Gs: list, X_test):
     """(mean (P_t × C), variance of f (P_t), variance of y (P_t)) at the test inputs."""
     weights, noise = obj.unpack(theta)
     kernel = obj.kernel
-    Xt = torch.as_tensor(X_test, dtype=torch.float64)
-    G_ii, G_ti = obj.G0, Xt @ obj.X.T / obj.X.shape[1]
-    d_t = (Xt ** 2).sum(1) / obj.X.shape[1]
+    G_ii = obj.G0
+    G_ti, d_t = obj.input_cross(X_test)  # the input layer is deterministic given Ω: exact for test rows
     with torch.no_grad():
         for layer in range(obj.n_layers + 1):
             w = weights[layer]

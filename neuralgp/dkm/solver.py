@@ -172,9 +172,10 @@ def whiten(obj: DKMObjective, theta, Gs) -> list:
     return whites
 
 
-def colour(obj: DKMObjective, theta, whites) -> list:
-    """G_ℓ = L_ℓ W_ℓ L_ℓᵀ, L_ℓ L_ℓᵀ = K(G_ℓ₋₁), bottom-up: the Grams at θ with their whitened values held."""
-    Gs, previous = [], obj.G0
+def colour(obj: DKMObjective, theta, whites, G0=None) -> list:
+    """G_ℓ = L_ℓ W_ℓ L_ℓᵀ, L_ℓ L_ℓᵀ = K(G_ℓ₋₁), bottom-up: the Grams at θ (and the inputs' Gram ``G0``, by default
+    the objective's) with their whitened values held."""
+    Gs, previous = [], obj.G0 if G0 is None else G0
     for layer, W in enumerate(whites):
         L = torch.linalg.cholesky(obj.K(theta, layer, previous))
         previous = _sym(L @ W @ L.T)
@@ -190,32 +191,48 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
     sweeps and still after 30 (docs/methods/dkm.md, "The θ step"). A fixed point is the same stationary point
     either way (∂ℒ/∂G = 0 there). The kernel-hyper objective has no free Grams: its chain is the prior's.
     (The spec suggests one damped Newton step per sweep; the weights sit 3–10 log-units from their start, and
-    trust-region Newton steps needed > 40 sweeps to get half-way on yacht.)"""
+    trust-region Newton steps needed > 40 sweeps to get half-way on yacht.)
+    With an input metric (``obj.input_width``) Ω is ascended here too, as Ω = CCᵀ (C lower triangular), with its
+    term L_M(Ω; I): held with the Grams, as App. F's own Riccati step holds them, it cannot move (every Gram above
+    is pinned to its prior through it), while with the whitened Grams held it moves like a lengthscale. The new Ω is
+    set on ``obj`` (``obj.set_omega``) when the step is taken."""
     free = obj.objective != "kernel_hyper"
     whites = whiten(obj, theta, Gs) if free else None
     # with the whitened Grams held, the DKM's layer terms do not depend on θ, nor do kernel hyper's (−νP/2 each):
     # L-BFGS ascends the data term alone (the layer terms' Cholesky factors and their backward passes were 3/4 of
     # a fit's time at P = 500); the features objective's layer terms keep a log|K(G_ℓ₋₁)| that moves with θ
     objective = obj.value if obj.objective == "features" else obj.data_term
+    n_theta, metric = len(theta), obj.input_width is not None
+    rows, cols = torch.tril_indices(*obj.omega.shape)
 
-    def grams(t):
-        return colour(obj, t, whites) if free else None
+    def split(x) -> tuple:  # (θ, Ω or None) from L-BFGS's vector
+        if not metric:
+            return x, None
+        C = torch.zeros_like(obj.omega).index_put((rows, cols), x[n_theta:])
+        return x[:n_theta], C @ C.T
 
     def f(x):
-        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        x = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        t, omega = split(x)
         try:
-            value = objective(t, grams(t))
+            grams = colour(obj, t, whites, None if omega is None else obj.input_gram(omega)) if free else None
+            value = objective(t, grams) + (obj.input_term(omega) if metric else 0.0)
         except torch.linalg.LinAlgError:  # a trial point with a singular kernel matrix: reject it
-            return BAD_OBJECTIVE, np.zeros_like(x)
-        grad, = torch.autograd.grad(value, t)
+            return BAD_OBJECTIVE, np.zeros(len(x))
+        grad, = torch.autograd.grad(value, x)
         return -float(value.detach()), -grad.numpy()
     x0 = theta.detach().numpy()
+    bounds = obj.hyper_bounds()
+    if metric:
+        x0 = np.concatenate([x0, torch.linalg.cholesky(obj.omega)[rows, cols].numpy()])
+        bounds = bounds + [(None, None)] * len(rows)
     start = f(x0)[0]
-    res = scipy.optimize.minimize(f, x0, jac=True, method="L-BFGS-B", bounds=obj.hyper_bounds(),
-                                  options={"maxiter": int(max_iter)})
+    res = scipy.optimize.minimize(f, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": int(max_iter)})
     if res.fun > start:
         return theta.detach(), Gs
-    theta = torch.tensor(res.x, dtype=torch.float64)
+    theta, omega = split(torch.tensor(res.x, dtype=torch.float64))
+    if metric:
+        obj.set_omega(omega)
     with torch.no_grad():
         return theta, (colour(obj, theta, whites) if free else [G.detach() for G in obj.prior_chain(theta)])
 
@@ -239,6 +256,10 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
+    if obj.input_width is not None and (solver not in ("newton", "care") or not learn_hyper):
+        raise ValueError(f"a learned input metric (input_width) is fitted in the θ step of the 'newton' or 'care' "
+                         f"sweeps (learn_hyper=True), not by solver={solver!r} with learn_hyper={learn_hyper}; use "
+                         "one of those or input_width=None")
     theta = obj.initial_theta() if theta is None else torch.as_tensor(theta, dtype=torch.float64).clone()
     obj.clamp_noise(theta)  # a given θ below the floor starts at it
     Gs = [G.detach() for G in obj.prior_chain(theta)]
@@ -261,6 +282,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
                 log.kept += updated is None
                 value = value if updated is None else updated
         if learn_hyper:
+            omega = obj.omega
             stepped = hyper_step(obj, theta, Gs)
             try:
                 with torch.no_grad():
@@ -273,6 +295,8 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
             # a step that lowers ℒ itself, or leaves it undefined, is not taken
             if not stepped_value < value:
                 (theta, Gs), value = stepped, stepped_value
+            else:
+                obj.set_omega(omega)  # the input metric goes back with θ
         now = time.perf_counter()
         elapsed = now - start - log.paused  # the gradient norm below is bookkeeping, not solver time
         log.add(value, gram_gradient_norm(obj, theta, Gs), elapsed)

@@ -57,8 +57,12 @@ class DKMRegressor(NeuralGPRegressor):
     second fit (uci/stock: pooled test mean z² 1.60), so it is not the default (docs/methods/dkm.md, "Refit"). α is
     never cross-fitted as DBK's is: fold models' variances are not this fit's ("Cross-fitted α: tried").
 
-    Fitted: ``grams_`` (the learned training Grams), ``weights_`` (per kernel application), ``noise_``,
-    ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
+    ``input_width`` ν_Ω (None: off) learns the inputs' Gram too, G₀ = XΩXᵀ/d with a d × d metric Ω ~ W(I/ν_Ω, ν_Ω)
+    (App. F; Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step ("newton" and "care" solvers;
+    docs/methods/dkm.md, "A learned input metric").
+
+    Fitted: ``grams_`` (the learned training Grams), ``omega_`` (the input metric, I without one), ``weights_`` (per
+    kernel application), ``noise_``, ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
     """
 
     param_rules = {"n_layers": POSITIVE_INT, "widths": (NONE, Rule(_widths_rule, "a tuple of positive numbers")),
@@ -67,14 +71,16 @@ class DKMRegressor(NeuralGPRegressor):
                    "relaxation": real(0, strict=True, below=2), "noise_min": NON_NEGATIVE,
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-                   "refit": BOOL, "predictive": PREDICTIVE, "seed": SEED, "verbose": BOOL}
+                   "refit": BOOL, "predictive": PREDICTIVE, "seed": SEED, "verbose": BOOL,
+                   "input_width": (NONE, POSITIVE)}
 
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, noise_min=NOISE_MIN, lr=0.01,
                  learn_hyper=True, max_train_size=2000, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 validation_fraction=0.1, refit=False, predictive="gaussian", seed=0, verbose=True):
+                 validation_fraction=0.1, refit=False, predictive="gaussian", seed=0, verbose=True, input_width=None):
         self.n_layers = n_layers
         self.widths = widths
+        self.input_width = input_width
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.objective = objective
@@ -107,7 +113,7 @@ class DKMRegressor(NeuralGPRegressor):
 
     def _objective(self, X, y) -> DKMObjective:
         return DKMObjective(X, y, self._widths(), GramKernel(self.kernel, self.lengthscale), self.objective,
-                            self.noise_min)
+                            self.noise_min, self.input_width)
 
     validation_names = ("X_cal", "y_cal")
 
@@ -156,6 +162,7 @@ class DKMRegressor(NeuralGPRegressor):
 
     def _set_fit(self, obj, theta, grams):
         self.objective_, self.theta_, self.grams_ = obj, theta, grams
+        self.omega_ = obj.omega.numpy()
         weights, noise = obj.unpack(theta)
         self.weights_ = [w.numpy() for w in weights]
         self.noise_ = float(noise)
@@ -172,9 +179,11 @@ class DKMRegressor(NeuralGPRegressor):
     def _fitted_state(self) -> dict:
         obj = self.objective_
         return {"X": obj.X, "Y": obj.Y, "theta": self.theta_, "grams": self.grams_, "n_iter": self.n_iter_,
-                "objective": self.solver_log_.objective}
+                "objective": self.solver_log_.objective, "omega": obj.omega}
 
     def _restore(self, state: dict):
         obj = self._objective(state["X"], state["Y"])
+        if "omega" in state:  # files before the input metric: Ω = I
+            obj.set_omega(state["omega"])
         self._set_fit(obj, state["theta"], state["grams"])
         self.n_iter_ = state["n_iter"]
