@@ -57,9 +57,9 @@ class DKMRegressor(NeuralGPRegressor):
     second fit (uci/stock: pooled test mean z² 1.60), so it is not the default (docs/methods/dkm.md, "Refit"). α is
     never cross-fitted as DBK's is: fold models' variances are not this fit's ("Cross-fitted α: tried").
 
-    ``input_width`` ν_Ω (None: off) learns the inputs' Gram too, G₀ = XΩXᵀ/d with a d × d metric Ω ~ W(I/ν_Ω, ν_Ω)
-    (App. F; Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step ("newton" and "care" solvers;
-    docs/methods/dkm.md, "A learned input metric").
+    ``input_width`` ν_Ω (None: off; "auto": d, the number of inputs) learns the inputs' Gram too, G₀ = XΩXᵀ/d with a
+    d × d metric Ω ~ W(I/ν_Ω, ν_Ω) (App. F; Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step ("newton"
+    and "care" solvers; docs/methods/dkm.md, "A learned input metric").
 
     Fitted: ``grams_`` (the learned training Grams), ``omega_`` (the input metric, I without one), ``weights_`` (per
     kernel application), ``noise_``, ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
@@ -72,7 +72,7 @@ class DKMRegressor(NeuralGPRegressor):
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
                    "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
                    "refit": BOOL, "predictive": PREDICTIVE, "seed": SEED, "verbose": BOOL,
-                   "input_width": (NONE, POSITIVE)}
+                   "input_width": (NONE, one_of("auto"), POSITIVE)}
 
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, noise_min=NOISE_MIN, lr=0.01,
@@ -112,8 +112,9 @@ class DKMRegressor(NeuralGPRegressor):
         return MATRICES_PER_LAYER * 8 * P ** 2 * (self.n_layers + 1) / 1e9
 
     def _objective(self, X, y) -> DKMObjective:
+        input_width = X.shape[1] if self.input_width == "auto" else self.input_width  # ν_Ω = ν₀, the inputs' width
         return DKMObjective(X, y, self._widths(), GramKernel(self.kernel, self.lengthscale), self.objective,
-                            self.noise_min, self.input_width)
+                            self.noise_min, input_width)
 
     validation_names = ("X_cal", "y_cal")
 

@@ -352,7 +352,8 @@ def test_size_limit_and_bad_parameters_are_clear_errors():
     for params, match in (({"kernel": "cosine"}, "kernel"), ({"solver": "lbfgs"}, "solver"),
                           ({"widths": (10, -1)}, "widths"), ({"widths": (10, math.inf)}, "widths"),
                           ({"lam": math.inf}, "lam.*>= 0"), ({"objective": "map"}, "objective"),
-                          ({"relaxation": 2.0}, "relaxation.*> 0 and < 2"), ({"noise_min": -1e-4}, "noise_min")):
+                          ({"relaxation": 2.0}, "relaxation.*> 0 and < 2"), ({"noise_min": -1e-4}, "noise_min"),
+                          ({"input_width": 0.0}, "input_width"), ({"input_width": "d"}, "input_width")):
         with pytest.raises(ParameterError, match=match):
             ng.DKMRegressor(verbose=False, **params).fit(X, Y)
 
@@ -412,6 +413,7 @@ def test_input_metric_fits_ascend_and_a_large_input_width_keeps_the_identity(tmp
     assert model.omega_.shape == (5, 5) and not np.allclose(model.omega_, np.eye(5))
     loaded = ng.load(model.save(tmp_path / "dkm.pt"))
     assert np.allclose(loaded.omega_, model.omega_) and np.allclose(loaded.predict(X[:6]), model.predict(X[:6]))
+    assert ng.DKMRegressor(max_iter=1, input_width="auto", verbose=False).fit(X, Y).objective_.input_width == 5
 
 
 @pytest.mark.parametrize("params", [{"objective": "kernel_hyper"}, {"solver": "joint"}, {"solver": "adam"},
