@@ -9,7 +9,8 @@ L_M(G; G') = (ν/2) log|G| − (ν/2) Tr(K(G')⁻¹G) − (ν/2) log|K(G')| = �
 the solvers keep (``hyper_bounds``): the learned top Gram can absorb the targets, and without it σ² falls to 0.
 
 With ``input_width`` ν_Ω the inputs' Gram is learned too (App. F, the spec's §3.7): G₀ = XΩXᵀ/ν₀ with a ν₀ × ν₀
-input metric Ω ~ W(I/ν_Ω, ν_Ω), whose term L_M(Ω; I) = (ν_Ω/2) log|Ω| − (ν_Ω/2) Tr Ω joins ℒ (the DKM objective only).
+input metric Ω ~ W(I/ν_Ω, ν_Ω), whose term L_M(Ω; I) = (ν_Ω/2) log|Ω| − (ν_Ω/2) Tr Ω joins ℒ (the DKM and, as a
+control, the kernel-hyper objective).
 Ω = I is its prior mean and the model without it; the squared-exponential part of K₀ then sees the learned metric
 (x − x')ᵀΩ(x − x')/ν₀, a relevance (and rotation) of the inputs with a Wishart prior.
 """
@@ -59,9 +60,9 @@ class DKMObjective:
                  input_width: float | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
-        if input_width is not None and objective != "dkm":
-            raise ValueError(f"input_width (a learned input metric) belongs to the DKM objective, not {objective!r}; "
-                             "give input_width=None")
+        if input_width is not None and objective == "features":
+            raise ValueError("input_width (a learned input metric) is for the 'dkm' and 'kernel_hyper' objectives, "
+                             "not 'features'; give input_width=None")
         self.X = torch.as_tensor(X, dtype=torch.float64)
         Y = torch.as_tensor(Y, dtype=torch.float64)
         self.Y = Y[:, None] if Y.ndim == 1 else Y
@@ -134,17 +135,18 @@ class DKMObjective:
         weights, noise = self.unpack(theta)
         return self.kernel(weights[layer], G) + (noise if layer == self.n_layers else JITTER) * self.eye
 
-    def prior_chain(self, theta) -> list:
-        """G_ℓ = K(G_ℓ₋₁), ℓ = 1..L: the initialisation "from the prior" and the kernel-hyper solution."""
-        Gs, G = [], self.G0
+    def prior_chain(self, theta, G0=None) -> list:
+        """G_ℓ = K(G_ℓ₋₁), ℓ = 1..L (from ``G0``, by default the objective's): the initialisation "from the prior"
+        and the kernel-hyper solution."""
+        Gs, G = [], self.G0 if G0 is None else G0
         for layer in range(self.n_layers):
             G = self.K(theta, layer, G)
             Gs.append(G)
         return Gs
 
     def data_term(self, theta, Gs=None) -> torch.Tensor:
-        """log N(Y; 0, K_L(G_L) + σ²I), the first term of ℒ (eq. 15); ``Gs`` as in ``value``."""
-        if self.objective == "kernel_hyper" or Gs is None:
+        """log N(Y; 0, K_L(G_L) + σ²I), the first term of ℒ (eq. 15), at the Grams ``Gs`` (None: the prior chain)."""
+        if Gs is None:
             Gs = self.prior_chain(theta)
         return log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y)
 
@@ -153,10 +155,9 @@ class DKMObjective:
         term is then exactly −νP/2, G_ℓ being K(G_ℓ₋₁), and is not computed)."""
         if self.objective == "kernel_hyper" or Gs is None:
             Gs = self.prior_chain(theta)
-        total = log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y)
+        total = log_likelihood(self.K(theta, self.n_layers, Gs[-1]), self.Y) + self.input_term()
         if self.objective == "kernel_hyper":
             return total - 0.5 * len(self.Y) * sum(self.widths)
-        total = total + self.input_term()
         previous = self.G0
         for layer, (G, nu) in enumerate(zip(Gs, self.widths)):
             total = total + layer_term(G, self.K(theta, layer, previous), nu, self.objective != "features")

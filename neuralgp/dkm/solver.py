@@ -215,7 +215,8 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
         x = torch.tensor(x, dtype=torch.float64, requires_grad=True)
         t, omega = split(x)
         try:
-            grams = colour(obj, t, whites, None if omega is None else obj.input_gram(omega)) if free else None
+            G0 = None if omega is None else obj.input_gram(omega)
+            grams = colour(obj, t, whites, G0) if free else None if G0 is None else obj.prior_chain(t, G0)
             value = objective(t, grams) + (obj.input_term(omega) if metric else 0.0)
         except torch.linalg.LinAlgError:  # a trial point with a singular kernel matrix: reject it
             return BAD_OBJECTIVE, np.zeros(len(x))

@@ -59,7 +59,8 @@ class DKMRegressor(NeuralGPRegressor):
 
     ``input_width`` ν_Ω (None: off; "auto": d, the number of inputs) learns the inputs' Gram too, G₀ = XΩXᵀ/d with a
     d × d metric Ω ~ W(I/ν_Ω, ν_Ω) (App. F; Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step ("newton"
-    and "care" solvers; docs/methods/dkm.md, "A learned input metric").
+    and "care" solvers; with ``objective="kernel_hyper"`` too, as its control; docs/methods/dkm.md, "A learned input
+    metric").
 
     Fitted: ``grams_`` (the learned training Grams), ``omega_`` (the input metric, I without one), ``weights_`` (per
     kernel application), ``noise_``, ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.

@@ -416,7 +416,19 @@ def test_input_metric_fits_ascend_and_a_large_input_width_keeps_the_identity(tmp
     assert ng.DKMRegressor(max_iter=1, input_width="auto", verbose=False).fit(X, Y).objective_.input_width == 5
 
 
-@pytest.mark.parametrize("params", [{"objective": "kernel_hyper"}, {"solver": "joint"}, {"solver": "adam"},
+def test_kernel_hyper_with_an_input_metric_learns_it_in_the_theta_step():
+    """The control for the DKM's input metric: kernel hyper's Grams are the prior chain from G₀ = XΩXᵀ/d, Ω ascended
+    with θ; its ℒ is the data term, Ω's term and the layers' −νP/2."""
+    obj = DKMObjective(X, Y, [50.0, 50.0], GramKernel(), objective="kernel_hyper", input_width=5.0)
+    theta, Gs, log = fit_dkm(obj, max_iter=3)
+    assert log.objective[-1] > log.objective[0] and not torch.allclose(obj.omega, torch.eye(5, dtype=torch.float64))
+    for G, prior in zip(Gs, obj.prior_chain(theta)):
+        assert torch.allclose(G, prior)
+    expected = obj.data_term(theta) + obj.input_term() - 0.5 * 30 * 100.0
+    assert float(obj.value(theta)) == pytest.approx(float(expected), abs=1e-8)
+
+
+@pytest.mark.parametrize("params", [{"objective": "features"}, {"solver": "joint"}, {"solver": "adam"},
                                     {"learn_hyper": False}])
 def test_the_input_metric_with_a_solver_that_cannot_fit_it_is_a_clear_error(params):
     with pytest.raises(ValueError, match="input_width"):
