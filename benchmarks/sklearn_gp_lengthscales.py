@@ -63,6 +63,7 @@ def report(results, out):
     for row, (ok, n, beats, with_signal) in counts.items():
         print(f"{row}: calibrated {ok}/{n}; beats mean {beats}/{with_signal}")
 
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[3] == "--report":
         report(sys.argv[1], sys.argv[2])

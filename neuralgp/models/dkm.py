@@ -71,9 +71,9 @@ class DKMRegressor(NeuralGPRegressor):
                    "solver": one_of(*SOLVERS), "max_iter": POSITIVE_INT, "lam": real(0), "beta": POSITIVE,
                    "relaxation": real(0, strict=True, below=2), "noise_min": NON_NEGATIVE,
                    "lr": POSITIVE, "learn_hyper": BOOL, "max_train_size": POSITIVE_INT, "max_memory_gb": POSITIVE,
-                   "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS), "validation_fraction": VALIDATION_FRACTION,
-                   "refit": BOOL, "predictive": PREDICTIVE, "seed": SEED, "verbose": BOOL,
-                   "input_width": (NONE, one_of("auto"), POSITIVE)}
+                   "normalize_y": BOOL, "input_scaling": one_of(*Scaler.KINDS),
+                   "validation_fraction": VALIDATION_FRACTION, "refit": BOOL, "predictive": PREDICTIVE, "seed": SEED,
+                   "verbose": BOOL, "input_width": (NONE, one_of("auto"), POSITIVE)}
 
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, noise_min=NOISE_MIN, lr=0.01,
