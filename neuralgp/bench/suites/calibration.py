@@ -78,7 +78,9 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "DKM (plain fit; refit)": factory("dkm", refit=True),
         # the width study's pick (docs/methods/dkm.md, "The default width"), with the validation part and without
         "DKM (widths 100)": factory("dkm", widths=(100, 100)),
-        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100))}
+        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100)),
+        # App. F's learned input metric (an option; docs/methods/dkm.md, "A learned input metric")
+        "DKM (input metric)": factory("dkm", input_width="auto")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
