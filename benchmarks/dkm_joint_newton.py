@@ -29,7 +29,7 @@ def run(name: str, split: int, iterations: int, learn_hyper: bool = True):
     ds = datasets.load(name, split=f"gal:{split}")
     X, y = np.vstack([ds.X_train, ds.X_val]), np.concatenate([ds.y_train, ds.y_val])
     x_scaler, y_scaler = Scaler("standard").fit(X), Scaler("standard").fit(y[:, None])  # as DKMRegressor's fit
-    obj = DKMRegressor()._objective(x_scaler.transform(X), y_scaler.transform(y[:, None])[:, 0])
+    obj = DKMRegressor(input_width=None)._objective(x_scaler.transform(X), y_scaler.transform(y[:, None])[:, 0])
     Xt = x_scaler.transform(ds.X_test)
     for solver in ("newton", "joint"):
         scores = []

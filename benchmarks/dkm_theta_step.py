@@ -59,8 +59,9 @@ def theta_steps(name, split):
     cells = []
     for label, step in (("whitened", WHITENED), ("fixed Grams", fixed_gram_step)):
         solver.hyper_step = step
-        long = DKMRegressor(validation_fraction=0, max_iter=30, verbose=False).fit(X, y).solver_log_.objective
-        model = DKMRegressor(validation_fraction=0, verbose=False).fit(X, y)
+        long = DKMRegressor(validation_fraction=0, input_width=None, max_iter=30, verbose=False).fit(X, y)
+        long = long.solver_log_.objective
+        model = DKMRegressor(validation_fraction=0, input_width=None, verbose=False).fit(X, y)
         cells += [f"{long[10]:.2f}", f"{long[30]:.2f}", f"{long[30] - long[29]:.3f}",
                   f"{rmse(ds.y_test, model.predict(ds.X_test)):.4f}"]
     solver.hyper_step = WHITENED
@@ -71,7 +72,7 @@ def fixed_theta(name, split):
     X, y, _ = data(name, split)
     cells = []
     for n_layers, kw in ((1, {}), (2, {}), (2, {"lam": 0.0}), (2, {"solver": "care"})):
-        model = DKMRegressor(n_layers=n_layers, validation_fraction=0, max_iter=40, learn_hyper=False,
+        model = DKMRegressor(n_layers=n_layers, validation_fraction=0, input_width=None, max_iter=40, learn_hyper=False,
                              verbose=False, **kw).fit(X, y)
         o = np.array(model.solver_log_.objective)
         cells.append(" / ".join(f"{o[-1] - o[k]:.3g}" for k in (5, 10, 15, 20, 30)))
@@ -125,8 +126,9 @@ def anderson(name, split):
     cells = []
     for fit in (LIBRARY_FIT, anderson_fit):
         dkm_model.fit_dkm = fit
-        o = DKMRegressor(validation_fraction=0, max_iter=40, verbose=False).fit(X, y).solver_log_.objective
-        model = DKMRegressor(validation_fraction=0, verbose=False).fit(X, y)
+        o = DKMRegressor(validation_fraction=0, input_width=None, max_iter=40, verbose=False).fit(X, y)
+        o = o.solver_log_.objective
+        model = DKMRegressor(validation_fraction=0, input_width=None, verbose=False).fit(X, y)
         cells += [" / ".join(f"{o[k]:.2f}" for k in (5, 10, 15, 20, 30, 40)),
                   f"{rmse(ds.y_test, model.predict(ds.X_test)):.4f}"]
     dkm_model.fit_dkm = LIBRARY_FIT

@@ -1,5 +1,6 @@
 """Two rows of a suite's records on the same splits: per set, RMSE, NLL (Δ ± standard error, on how many splits the
-new row is lower), pooled 95 % coverage / mean z² with the calibration suite's verdict, and the median Student-t ν.
+new row is lower), pooled 95 % coverage / mean z² with the calibration suite's verdict, the median Student-t ν and the
+median training seconds.
 
     python benchmarks/pair_rows.py RESULTS.jsonl ROW_NEW ROW_OLD [OLD_RESULTS.jsonl]
 
@@ -35,8 +36,9 @@ def verdict(records):
 
 def main(path, new_row, old_row, old_path=None):
     new, old = by_set(path, new_row), by_set(old_path or path, old_row)
-    print(f"| set | splits | RMSE: {old_row} → {new_row} | NLL (Δ ± se, lower on) | cov. / mean z² | ν (median) |")
-    print("|---|---|---|---|---|---|")
+    print(f"| set | splits | RMSE: {old_row} → {new_row} | NLL (Δ ± se, lower on) | cov. / mean z² | ν (median) "
+          "| s a fit (median) |")
+    print("|---|---|---|---|---|---|---|")
     counted = lower = 0
     verdicts = [0, 0]
     for dataset in sorted(new):
@@ -53,10 +55,12 @@ def main(path, new_row, old_row, old_path=None):
             verdicts[0] += calibrated(pb)
             verdicts[1] += calibrated(pa)
         nus = [a[s]["predictive_df"] for s in common if a[s].get("predictive_df") is not None]
+        seconds = [np.median([r[s]["train_seconds"] for s in common]) for r in (b, a)]
         print(f"| {dataset} | {len(common)} | {np.mean([b[s]['rmse'] for s in common]):.4f} → "
               f"{np.mean([a[s]['rmse'] for s in common]):.4f} | {np.mean([b[s]['nll'] for s in common]):.3f} → "
               f"{np.mean([a[s]['nll'] for s in common]):.3f} ({dn.mean():+.3f} ± {se:.3f}, {(dn < 0).sum()}) | "
-              f"{tb} → {ta} | {np.median(nus) if nus else float('nan'):.3g} |")
+              f"{tb} → {ta} | {np.median(nus) if nus else float('nan'):.3g} | "
+              f"{seconds[0]:.3g} → {seconds[1]:.3g} |")
     print(f"\ncounted sets {counted}: calibrated {verdicts[0]} → {verdicts[1]}; mean NLL lower on {lower}")
 
 

@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits
 from neuralgp.dkm.objective import DKMObjective
 
 SOLVERS = ("newton", "care", "adam", "joint")
+METRIC_SOLVERS = ("newton", "care")  # the solvers that learn an input metric Ω (in their θ step)
 MAX_SHIFT_DOUBLINGS = 10
 HYPER_ITERATIONS = 50  # L-BFGS iterations on θ after each sweep
 BAD_OBJECTIVE = 1e30
@@ -257,7 +258,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
-    if obj.input_width is not None and (solver not in ("newton", "care") or not learn_hyper):
+    if obj.input_width is not None and (solver not in METRIC_SOLVERS or not learn_hyper):
         raise ValueError(f"a learned input metric (input_width) is fitted in the θ step of the 'newton' or 'care' "
                          f"sweeps (learn_hyper=True), not by solver={solver!r} with learn_hyper={learn_hyper}; use "
                          "one of those or input_width=None")

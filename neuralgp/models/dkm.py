@@ -16,7 +16,7 @@ from neuralgp.datasets.scaling import Scaler
 from neuralgp.dkm.kernels import GRAM_KERNELS, GramKernel
 from neuralgp.dkm.objective import OBJECTIVES, DKMObjective
 from neuralgp.dkm.prediction import predict
-from neuralgp.dkm.solver import SOLVERS, fit_dkm
+from neuralgp.dkm.solver import METRIC_SOLVERS, SOLVERS, fit_dkm
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
 from neuralgp.models.base import RECALIBRATION_STATE, NeuralGPRegressor
@@ -57,10 +57,11 @@ class DKMRegressor(NeuralGPRegressor):
     second fit (uci/stock: pooled test mean z² 1.60), so it is not the default (docs/methods/dkm.md, "Refit"). α is
     never cross-fitted as DBK's is: fold models' variances are not this fit's ("Cross-fitted α: tried").
 
-    ``input_width`` ν_Ω (None: off; "auto": d, the number of inputs) learns the inputs' Gram too, G₀ = XΩXᵀ/d with a
-    d × d metric Ω ~ W(I/ν_Ω, ν_Ω) (App. F; Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step ("newton"
-    and "care" solvers; with ``objective="kernel_hyper"`` too, as its control; docs/methods/dkm.md, "A learned input
-    metric").
+    ``input_width`` ν_Ω learns the inputs' Gram too, G₀ = XΩXᵀ/d with a d × d metric Ω ~ W(I/ν_Ω, ν_Ω) (App. F;
+    Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step; "auto" (the default since 2026-12-07) is ν_Ω = d,
+    the number of inputs, where the fit can learn Ω ("newton" or "care" solver, ``learn_hyper``, the "dkm" or
+    "kernel_hyper" objective) and off otherwise; None: off, G₀ = XXᵀ/d (docs/methods/dkm.md, "A learned input
+    metric", and "The input metric as the default" for the calibration suite's measurement).
 
     Fitted: ``grams_`` (the learned training Grams), ``omega_`` (the input metric, I without one), ``weights_`` (per
     kernel application), ``noise_``, ``solver_log_`` (ℒ, gradient norm and seconds per iteration), ``n_iter_``.
@@ -78,7 +79,7 @@ class DKMRegressor(NeuralGPRegressor):
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, noise_min=NOISE_MIN, lr=0.01,
                  learn_hyper=True, max_train_size=2000, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 validation_fraction=0.1, refit=False, predictive="gaussian", seed=0, verbose=True, input_width=None):
+                 validation_fraction=0.1, refit=False, predictive="gaussian", seed=0, verbose=True, input_width="auto"):
         self.n_layers = n_layers
         self.widths = widths
         self.input_width = input_width
@@ -113,7 +114,10 @@ class DKMRegressor(NeuralGPRegressor):
         return MATRICES_PER_LAYER * 8 * P ** 2 * (self.n_layers + 1) / 1e9
 
     def _objective(self, X, y) -> DKMObjective:
-        input_width = X.shape[1] if self.input_width == "auto" else self.input_width  # ν_Ω = ν₀, the inputs' width
+        input_width = self.input_width
+        if input_width == "auto":  # ν_Ω = ν₀, the inputs' width, where the fit learns Ω (solver.fit_dkm's rule)
+            learns_omega = self.solver in METRIC_SOLVERS and self.learn_hyper and self.objective != "features"
+            input_width = X.shape[1] if learns_omega else None
         return DKMObjective(X, y, self._widths(), GramKernel(self.kernel, self.lengthscale), self.objective,
                             self.noise_min, input_width)
 

@@ -413,7 +413,14 @@ def test_input_metric_fits_ascend_and_a_large_input_width_keeps_the_identity(tmp
     assert model.omega_.shape == (5, 5) and not np.allclose(model.omega_, np.eye(5))
     loaded = ng.load(model.save(tmp_path / "dkm.pt"))
     assert np.allclose(loaded.omega_, model.omega_) and np.allclose(loaded.predict(X[:6]), model.predict(X[:6]))
-    assert ng.DKMRegressor(max_iter=1, input_width="auto", verbose=False).fit(X, Y).objective_.input_width == 5
+
+
+@pytest.mark.parametrize("params, width", [({}, 5), ({"objective": "kernel_hyper"}, 5), ({"solver": "care"}, 5),
+                                           ({"objective": "features"}, None), ({"solver": "joint"}, None),
+                                           ({"solver": "adam"}, None), ({"learn_hyper": False}, None)])
+def test_the_default_input_width_is_the_inputs_width_where_the_fit_learns_the_metric(params, width):
+    """input_width="auto" (the default): ν_Ω = d with the sweeps' θ step, off where Ω cannot be learned (no error)."""
+    assert ng.DKMRegressor(max_iter=1, verbose=False, **params).fit(X, Y).objective_.input_width == width
 
 
 def test_kernel_hyper_with_an_input_metric_learns_it_in_the_theta_step():

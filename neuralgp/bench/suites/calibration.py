@@ -73,14 +73,15 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         # docs/methods/dak.md, "Inference by size")
         "DAK (closed form)": factory("dak-cf"),
         "DAK (plain fit; closed form)": factory("dak-cf"),
-        "DKM": factory("dkm"),
-        "DKM (plain fit)": factory("dkm"),
-        "DKM (plain fit; refit)": factory("dkm", refit=True),
+        # the DKM rows without "(input metric)" in their name: G₀ = XXᵀ/d, the default until 2026-12-07
+        "DKM": factory("dkm", input_width=None),
+        "DKM (plain fit)": factory("dkm", input_width=None),
+        "DKM (plain fit; refit)": factory("dkm", refit=True, input_width=None),
         # the width study's pick (docs/methods/dkm.md, "The default width"), with the validation part and without
-        "DKM (widths 100)": factory("dkm", widths=(100, 100)),
-        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100)),
-        # App. F's learned input metric (an option; docs/methods/dkm.md, "A learned input metric")
-        "DKM (input metric)": factory("dkm", input_width="auto")}
+        "DKM (widths 100)": factory("dkm", widths=(100, 100), input_width=None),
+        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), input_width=None),
+        # App. F's learned input metric, the default since 2026-12-07 (docs/methods/dkm.md, "A learned input metric")
+        "DKM (input metric)": factory("dkm")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
@@ -94,10 +95,12 @@ SUITES = [
           # a smoke run of each default in both fitting modes (DKM and two-stage: one mode each, their fits take
           # 10-12 s even capped) and the baselines, 94 s on 2 cores; the variant rows only when named (--models)
           quick_models=["DBK", "DBK (plain fit)", "SVDBK", "SVDBK (plain fit)", "FM-GP", "FM-GP (plain fit)", "DAK",
-                        "DAK (plain fit)", "Two-stage", "DKM", *BASELINES],
+                        "DAK (plain fit)", "Two-stage", "DKM (input metric)", *BASELINES],
           groups=[list(OURS), list(BASELINES)],
           gaussian_twins=TWINS,
           note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
                "on the training and validation parts together; the others use the validation part (early stopping, "
-               "recalibration). Every model at its library defaults."),
+               "recalibration). Every model at its library defaults, but for what its row's name says; the DKM rows "
+               "without '(input metric)' in their name have G₀ = XXᵀ/d (input_width=None, the default until "
+               "2026-12-07)."),
 ]
