@@ -239,6 +239,12 @@ def hyper_step(obj: DKMObjective, theta, Gs, max_iter: int = HYPER_ITERATIONS) -
         return theta, (colour(obj, theta, whites) if free else [G.detach() for G in obj.prior_chain(theta)])
 
 
+def learns_metric(solver: str, learn_hyper: bool, objective: str) -> bool:
+    """Whether a fit can learn an input metric Ω: in the θ step of the "newton" or "care" sweeps (``learn_hyper``), for
+    the "dkm" and "kernel_hyper" objectives."""
+    return solver in METRIC_SOLVERS and learn_hyper and objective != "features"
+
+
 # SciPy's steps (the Lyapunov and Riccati solves, L-BFGS) run with one BLAS thread: OpenBLAS's threads spin for a
 # while after each call and starve the PyTorch (OpenMP) threads of the steps between them. uci/concrete, 2 cores,
 # 2 PyTorch threads: a 300-row fit took 48.5 s with both pools at 2 threads, 12.9 s with BLAS at 1 (PyTorch at 1:
@@ -258,7 +264,7 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
-    if obj.input_width is not None and (solver not in METRIC_SOLVERS or not learn_hyper):
+    if obj.input_width is not None and not learns_metric(solver, learn_hyper, obj.objective):
         raise ValueError(f"a learned input metric (input_width) is fitted in the θ step of the 'newton' or 'care' "
                          f"sweeps (learn_hyper=True), not by solver={solver!r} with learn_hyper={learn_hyper}; use "
                          "one of those or input_width=None")

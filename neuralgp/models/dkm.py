@@ -16,7 +16,7 @@ from neuralgp.datasets.scaling import Scaler
 from neuralgp.dkm.kernels import GRAM_KERNELS, GramKernel
 from neuralgp.dkm.objective import OBJECTIVES, DKMObjective
 from neuralgp.dkm.prediction import predict
-from neuralgp.dkm.solver import METRIC_SOLVERS, SOLVERS, fit_dkm
+from neuralgp.dkm.solver import SOLVERS, fit_dkm, learns_metric
 from neuralgp.errors import ResourceLimitError
 from neuralgp.io import register
 from neuralgp.models.base import RECALIBRATION_STATE, NeuralGPRegressor
@@ -115,9 +115,8 @@ class DKMRegressor(NeuralGPRegressor):
 
     def _objective(self, X, y) -> DKMObjective:
         input_width = self.input_width
-        if input_width == "auto":  # ν_Ω = ν₀, the inputs' width, where the fit learns Ω (solver.fit_dkm's rule)
-            learns_omega = self.solver in METRIC_SOLVERS and self.learn_hyper and self.objective != "features"
-            input_width = X.shape[1] if learns_omega else None
+        if input_width == "auto":  # ν_Ω = ν₀, the inputs' width, where the fit can learn Ω
+            input_width = X.shape[1] if learns_metric(self.solver, self.learn_hyper, self.objective) else None
         return DKMObjective(X, y, self._widths(), GramKernel(self.kernel, self.lengthscale), self.objective,
                             self.noise_min, input_width)
 

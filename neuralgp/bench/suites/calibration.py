@@ -81,7 +81,7 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "DKM (widths 100)": factory("dkm", widths=(100, 100), input_width=None),
         "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), input_width=None),
         # App. F's learned input metric, the default since 2026-12-07 (docs/methods/dkm.md, "A learned input metric")
-        "DKM (input metric)": factory("dkm")}
+        "DKM (input metric)": factory("dkm", input_width="auto")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
