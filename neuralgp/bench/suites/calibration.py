@@ -56,7 +56,8 @@ def _both_fits(label: str, name: str) -> dict:
 
 # the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
-TWINS = {row: twin for label in WITH_TWINS for row, twin in _twins(label).items()}
+TWINS = {**{row: twin for label in WITH_TWINS for row, twin in _twins(label).items()},
+         "DKM (input metric; Student-t)": "DKM (input metric)"}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27 (KRR_EXACT; variance "exact" until 12-02), one
@@ -81,7 +82,9 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "DKM (widths 100)": factory("dkm", widths=(100, 100), input_width=None),
         "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), input_width=None),
         # App. F's learned input metric, the default since 2026-12-07 (docs/methods/dkm.md, "A learned input metric")
-        "DKM (input metric)": factory("dkm", input_width="auto")}
+        "DKM (input metric)": factory("dkm", input_width="auto"),
+        # the same with the Student-t predictive of DBK, DAK and FM-GP, its Gaussian twin the row above
+        "DKM (input metric; Student-t)": factory("dkm", input_width="auto", predictive="student_t")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
