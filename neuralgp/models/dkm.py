@@ -56,6 +56,9 @@ class DKMRegressor(NeuralGPRegressor):
     paper-protocol mean (boston RMSE 2.78 against 2.90) at twice the time, but α does not always carry over to the
     second fit (uci/stock: pooled test mean z² 1.60), so it is not the default (docs/methods/dkm.md, "Refit"). α is
     never cross-fitted as DBK's is: fold models' variances are not this fit's ("Cross-fitted α: tried").
+    ``predictive="student_t"`` (the default since 2026-12-07, as DBK's, DAK's and FM-GP's) keeps α's variance and
+    fits a unit-variance t's degrees of freedom to the held-out z-scores that set α; "gaussian" is the paper's N
+    (docs/methods/dkm.md, "The Student-t predictive as the default"). Uncalibrated fits are Gaussian.
 
     ``input_width`` ν_Ω learns the inputs' Gram too, G₀ = XΩXᵀ/d with a d × d metric Ω ~ W(I/ν_Ω, ν_Ω) (App. F;
     Ω → I as ν_Ω grows), ascended with θ in each sweep's θ step; "auto" (the default since 2026-12-07) is ν_Ω = d,
@@ -79,7 +82,8 @@ class DKMRegressor(NeuralGPRegressor):
     def __init__(self, n_layers=2, widths=None, kernel="linear+sqexp", lengthscale=1.0, objective="dkm",
                  solver="newton", max_iter=10, lam=5.0, beta=1.0, relaxation=1.0, noise_min=NOISE_MIN, lr=0.01,
                  learn_hyper=True, max_train_size=2000, max_memory_gb=8.0, normalize_y=True, input_scaling="standard",
-                 validation_fraction=0.1, refit=False, predictive="gaussian", seed=0, verbose=True, input_width="auto"):
+                 validation_fraction=0.1, refit=False, predictive="student_t", seed=0, verbose=True,
+                 input_width="auto"):
         self.n_layers = n_layers
         self.widths = widths
         self.input_width = input_width

@@ -95,8 +95,8 @@ def test_fmgp_defaults_to_the_t_and_a_file_from_before_the_option_loads_as_the_g
     (DAKRegressor, dict(hidden=(16,), embedding_dim=8, n_projections=4, max_epochs=20, max_iter=20, verbose=False)),
     (DKMRegressor, dict(widths=(20, 20), max_iter=2, verbose=False)),
 ])
-def test_every_recalibrating_regressor_offers_it(cls, params):
-    model = cls(**params, predictive="student_t").fit(*toy(150))
+def test_every_recalibrating_regressor_defaults_to_it(cls, params):
+    model = cls(**params).fit(*toy(150))
     assert model.predictive_df is not None and np.isfinite(model.predictive_df)
     with pytest.raises(ParameterError, match="predictive"):
         cls(**params, predictive="laplace").fit(*toy(150))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from neuralgp.bench.calibration import CALIBRATION
 from neuralgp.bench.runner import Suite
+from neuralgp.bench.suites.dkm import PLAIN_G0
 from neuralgp.bench.suites.twostage import KRR_EXACT
 from neuralgp.registry import factory
 
@@ -57,7 +58,7 @@ def _both_fits(label: str, name: str) -> dict:
 # the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
 TWINS = {**{row: twin for label in WITH_TWINS for row, twin in _twins(label).items()},
-         "DKM (input metric; Student-t)": "DKM (input metric)"}
+         "DKM (input metric)": "DKM (input metric; Gaussian)"}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27 (KRR_EXACT; variance "exact" until 12-02), one
@@ -74,17 +75,18 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         # docs/methods/dak.md, "Inference by size")
         "DAK (closed form)": factory("dak-cf"),
         "DAK (plain fit; closed form)": factory("dak-cf"),
-        # the DKM rows without "(input metric)" in their name: G₀ = XXᵀ/d, the default until 2026-12-07
-        "DKM": factory("dkm", input_width=None),
-        "DKM (plain fit)": factory("dkm", input_width=None),
-        "DKM (plain fit; refit)": factory("dkm", refit=True, input_width=None),
+        # the DKM rows without "(input metric)" in their name: G₀ = XXᵀ/d and the Gaussian predictive, the defaults
+        # until 2026-12-07
+        "DKM": factory("dkm", **PLAIN_G0),
+        "DKM (plain fit)": factory("dkm", **PLAIN_G0),
+        "DKM (plain fit; refit)": factory("dkm", refit=True, **PLAIN_G0),
         # the width study's pick (docs/methods/dkm.md, "The default width"), with the validation part and without
-        "DKM (widths 100)": factory("dkm", widths=(100, 100), input_width=None),
-        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), input_width=None),
-        # App. F's learned input metric, the default since 2026-12-07 (docs/methods/dkm.md, "A learned input metric")
-        "DKM (input metric)": factory("dkm", input_width="auto"),
-        # the same with the Student-t predictive of DBK, DAK and FM-GP, its Gaussian twin the row above
-        "DKM (input metric; Student-t)": factory("dkm", input_width="auto", predictive="student_t")}
+        "DKM (widths 100)": factory("dkm", widths=(100, 100), **PLAIN_G0),
+        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), **PLAIN_G0),
+        # the default since 2026-12-07: App. F's learned input metric and the Student-t predictive (docs/methods/dkm.md,
+        # "The input metric as the default", "The Student-t predictive as the default"), and its Gaussian twin
+        "DKM (input metric)": factory("dkm"),
+        "DKM (input metric; Gaussian)": factory("dkm", predictive="gaussian")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
@@ -106,6 +108,6 @@ SUITES = [
           note="Seeds are split indices. Rows '(plain fit)', the two-stage rows and the scikit-learn GP are fitted "
                "on the training and validation parts together; the others use the validation part (early stopping, "
                "recalibration). Every model at its library defaults, but for what its row's name says; the DKM rows "
-               "without '(input metric)' in their name have G₀ = XXᵀ/d (input_width=None, the default until "
-               "2026-12-07)."),
+               "without '(input metric)' in their name have G₀ = XXᵀ/d and the Gaussian predictive "
+               "(input_width=None, predictive='gaussian': the defaults until 2026-12-07)."),
 ]
