@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from neuralgp.bench.calibration import CALIBRATION
 from neuralgp.bench.runner import Suite
-from neuralgp.bench.suites.dkm import PLAIN_G0
+from neuralgp.bench.suites.dkm import FORMER_DEFAULTS
 from neuralgp.bench.suites.twostage import KRR_EXACT
 from neuralgp.registry import factory
 
@@ -77,12 +77,12 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "DAK (plain fit; closed form)": factory("dak-cf"),
         # the DKM rows without "(input metric)" in their name: G₀ = XXᵀ/d and the Gaussian predictive, the defaults
         # until 2026-12-07
-        "DKM": factory("dkm", **PLAIN_G0),
-        "DKM (plain fit)": factory("dkm", **PLAIN_G0),
-        "DKM (plain fit; refit)": factory("dkm", refit=True, **PLAIN_G0),
+        "DKM": factory("dkm", **FORMER_DEFAULTS),
+        "DKM (plain fit)": factory("dkm", **FORMER_DEFAULTS),
+        "DKM (plain fit; refit)": factory("dkm", refit=True, **FORMER_DEFAULTS),
         # the width study's pick (docs/methods/dkm.md, "The default width"), with the validation part and without
-        "DKM (widths 100)": factory("dkm", widths=(100, 100), **PLAIN_G0),
-        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), **PLAIN_G0),
+        "DKM (widths 100)": factory("dkm", widths=(100, 100), **FORMER_DEFAULTS),
+        "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), **FORMER_DEFAULTS),
         # the default since 2026-12-07: App. F's learned input metric and the Student-t predictive (docs/methods/dkm.md,
         # "The input metric as the default", "The Student-t predictive as the default"), and its Gaussian twin
         "DKM (input metric)": factory("dkm"),
