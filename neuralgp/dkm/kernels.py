@@ -2,18 +2,48 @@
 cross block (G_ab with the two diagonals), and their exact vector-Jacobian products.
 
 ``linear``: K = w₁G. ``sqexp``: K_ij = w₂ exp(−R_ij / 2ℓ²), R_ij = G_ii + G_jj − 2G_ij (eq. 7). ``linear+sqexp``:
-their sum (eq. 38, the paper's). The weights are per layer and learned; the lengthscale ℓ is fixed (the paper gives
-none; inputs are standardised). The VJP uses the all-entries-independent convention (what autodiff returns):
-∂f/∂G = w₁M + (w₂/ℓ²)(M∘E − Diag((M∘E)·1)) for symmetric M = ∂f/∂K and E the squared-exponential part (spec §3.2).
+their sum (eq. 38, the paper's). ``arccos``: w₂ times Cho & Saul's order-1 (ReLU) arc-cosine kernel,
+K_ij = (√(G_ii G_jj − G_ij²) + (π − θ_ij) G_ij)/π with θ_ij = arccos(G_ij/√(G_ii G_jj)) — the paper only names it;
+normalised by 1/π (Cho & Saul's), so that K_ii = G_ii (the ReLU network's 1/2π is a factor ½ in w₂); it has no
+lengthscale. The weights are per layer and learned; the lengthscale ℓ is fixed (the paper gives none; inputs are
+standardised). The VJPs use the all-entries-independent convention (what autodiff returns): for ``sqexp``
+∂f/∂G = w₁M + (w₂/ℓ²)(M∘E − Diag((M∘E)·1)) for symmetric M = ∂f/∂K and E the squared-exponential part (spec §3.2);
+for ``arccos`` ∂f/∂G = w₂(M∘(π − Θ)/π + Diag((M∘S)·1 / πd)) with S_ij = √(d_i d_j − G_ij²), d = diag G.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+from torch.autograd.function import once_differentiable
 
-GRAM_KERNELS = ("linear", "sqexp", "linear+sqexp")
+GRAM_KERNELS = ("linear", "sqexp", "linear+sqexp", "arccos")
+SECOND_ORDER_KERNELS = ("linear", "sqexp", "linear+sqexp")  # twice differentiable: the "joint" solver's Hessians
+TINY = 1e-300  # floor of G_ii G_jj in the arc-cosine kernel: a zero input row gets K = 0, not 0/0
+
+
+class _ArcCos(torch.autograd.Function):
+    """The order-1 arc-cosine kernel of a Gram block (without its weight), from G_ab and the diagonals d_a, d_b.
+    Its gradients written out: ∂K/∂G_ab = (π − θ)/π and ∂K/∂d_a = S/(2πd_a), finite where arccos's and the square
+    root's are not (coinciding rows, the diagonal: θ = 0). Its second derivatives are not (∂²K/∂G² = 1/πS), so it
+    is once differentiable only."""
+
+    @staticmethod
+    def forward(ctx, G, d_a, d_b):
+        dd = (d_a[:, None] * d_b[None, :]).clamp_min(TINY)
+        S = torch.sqrt((dd - G ** 2).clamp_min(0.0))
+        theta = torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
+        ctx.save_for_backward(S, theta, d_a.clamp_min(math.sqrt(TINY)), d_b.clamp_min(math.sqrt(TINY)))
+        return (S + (math.pi - theta) * G) / math.pi
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, M):
+        S, theta, d_a, d_b = ctx.saved_tensors
+        MS = M * S / (2 * math.pi)
+        return M * (math.pi - theta) / math.pi, MS.sum(1) / d_a, MS.sum(0) / d_b
 
 
 @dataclass(frozen=True)
@@ -29,11 +59,16 @@ class GramKernel:
     def n_weights(self) -> int:
         return 2 if self.name == "linear+sqexp" else 1
 
+    @property
+    def nonlinear(self) -> str | None:
+        """The nonlinear part's name ("sqexp" or "arccos"; None for the linear kernel)."""
+        return None if self.name == "linear" else self.name.split("+")[-1]
+
     def _weights(self, w: torch.Tensor) -> tuple:
-        """(w₁, w₂) for the linear and squared-exponential parts (0 for a part the kernel lacks)."""
+        """(w₁, w₂) for the linear and nonlinear parts (0 for a part the kernel lacks)."""
         if self.name == "linear":
             return w[0], 0.0
-        if self.name == "sqexp":
+        if self.n_weights == 1:
             return 0.0, w[0]
         return w[0], w[1]
 
@@ -44,12 +79,15 @@ class GramKernel:
     def block(self, w, G_ab, diag_a, diag_b) -> torch.Tensor:
         """K_ab from the cross block G_ab and the diagonals of G_aa and G_bb."""
         w1, w2 = self._weights(w)
-        return w1 * G_ab + (w2 * self._sqexp(G_ab, diag_a, diag_b) if self.name != "linear" else 0.0)
+        if self.nonlinear is None:
+            return w1 * G_ab
+        part = self._sqexp if self.nonlinear == "sqexp" else _ArcCos.apply
+        return w1 * G_ab + w2 * part(G_ab, diag_a, diag_b)
 
     def diag(self, w, diag_a) -> torch.Tensor:
         """diag(K_aa) from diag(G_aa)."""
         w1, w2 = self._weights(w)
-        return w1 * diag_a + w2
+        return w1 * diag_a + w2 * (diag_a if self.nonlinear == "arccos" else 1.0)
 
     def __call__(self, w, G) -> torch.Tensor:
         d = torch.diagonal(G)
@@ -59,8 +97,14 @@ class GramKernel:
         """∂f/∂G for f with ∂f/∂K = M (symmetric), at the square Gram G."""
         w1, w2 = self._weights(w)
         out = w1 * M
-        if self.name != "linear":
-            d = torch.diagonal(G)
+        d = torch.diagonal(G)
+        if self.nonlinear == "sqexp":
             ME = M * self._sqexp(G, d, d)
             out = out + (w2 / self.lengthscale ** 2) * (ME - torch.diag(ME.sum(1)))
+        elif self.nonlinear == "arccos":
+            dd = (d[:, None] * d[None, :]).clamp_min(TINY)
+            S = torch.sqrt((dd - G ** 2).clamp_min(0.0))
+            theta = torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
+            out = out + w2 * (M * (math.pi - theta) / math.pi
+                              + torch.diag((M * S).sum(1) / (math.pi * d.clamp_min(math.sqrt(TINY)))))
         return out

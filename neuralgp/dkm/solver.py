@@ -24,6 +24,7 @@ import scipy.optimize
 import torch
 from threadpoolctl import threadpool_limits
 
+from neuralgp.dkm.kernels import SECOND_ORDER_KERNELS
 from neuralgp.dkm.objective import DKMObjective
 
 SOLVERS = ("newton", "care", "adam", "joint")
@@ -264,6 +265,10 @@ def fit_dkm(obj: DKMObjective, solver: str = "newton", max_iter: int = 10, lam: 
     ``progress(log, θ, Grams)`` is called after every iteration (and at the start)."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
+    if solver == "joint" and obj.kernel.name not in SECOND_ORDER_KERNELS:
+        raise ValueError(f"solver='joint' takes Newton steps on second derivatives, which the {obj.kernel.name!r} "
+                         f"Gram kernel lacks where two rows coincide; use solver='newton' or a kernel of "
+                         f"{SECOND_ORDER_KERNELS}")
     if obj.input_width is not None and not learns_metric(solver, learn_hyper, obj.objective):
         raise ValueError(f"a learned input metric (input_width) is fitted in the θ step of the 'newton' or 'care' "
                          f"sweeps (learn_hyper=True), not by solver={solver!r} with learn_hyper={learn_hyper}; use "

@@ -38,8 +38,9 @@ def _widths_rule(v) -> bool:
 @register
 class DKMRegressor(NeuralGPRegressor):
     """Deep kernel machine regression: ``n_layers`` learned Gram layers of ``widths`` ν_ℓ (None: ``DEFAULT_WIDTH``
-    each) between G₀ = XXᵀ/d and a GP likelihood, the Gram kernel ``kernel`` (eq. 38's "linear+sqexp" by default)
-    applied to every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
+    each) between G₀ = XXᵀ/d and a GP likelihood, the Gram kernel ``kernel`` (eq. 38's "linear+sqexp" by default;
+    "linear", "sqexp", or "arccos", the ReLU network's arc-cosine kernel, not with the "joint" solver) applied to
+    every layer and to the output. ``objective``: "dkm" (ℒ of eq. 14), "kernel_hyper" or "features"
     (Table 1's baselines). ``solver``: "newton" (one β-shifted Newton–Lyapunov step per layer and sweep), "care"
     (the Riccati equation solved directly), "joint" (3 "newton" sweeps, then trust-region Newton iterations on the
     Grams and the kernel weights together: docs/methods/dkm.md, "Joint Newton iterations") or "adam" (``max_iter``

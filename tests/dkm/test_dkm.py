@@ -36,7 +36,7 @@ def test_layer_term_is_minus_nu_kl_and_peaks_at_the_prior_mean():
     assert float(grad.abs().max()) < 1e-10  # (ν/2)(G⁻¹ − K⁻¹) = 0 at G = K
 
 
-@pytest.mark.parametrize("name", ["linear", "sqexp", "linear+sqexp"])
+@pytest.mark.parametrize("name", ["linear", "sqexp", "linear+sqexp", "arccos"])
 def test_kernel_vjp_equals_autograd_and_finite_differences(name):
     kernel = GramKernel(name, lengthscale=1.3)
     w = torch.tensor([0.7, 0.4][:kernel.n_weights], dtype=torch.float64)
@@ -49,6 +49,35 @@ def test_kernel_vjp_equals_autograd_and_finite_differences(name):
     E[2, 5] = 1e-6
     fd = (f(G.detach() + E) - f(G.detach() - E)) / 2e-6
     assert float(fd) == pytest.approx(float(auto[2, 5]), rel=1e-6)
+
+
+def test_arccos_kernel_is_the_relu_network_kernel_with_finite_gradients_where_rows_coincide():
+    """Cho & Saul's order 1 normalised by 1/π: 2E[relu(u)relu(v)] for (u, v) ~ N(0, G); K_ii = G_ii; orthogonal rows
+    √(G_ii G_jj)/π, opposite rows 0; once differentiable, with finite gradients at coinciding rows (θ = 0)."""
+    kernel, w = GramKernel("arccos"), torch.tensor([1.0], dtype=torch.float64)
+    G = spd(6, 5)
+    K = kernel(w, G)
+    Z = np.linalg.cholesky(G.numpy()) @ np.random.default_rng(0).standard_normal((6, 200_000))
+    relu = np.maximum(Z, 0)
+    assert np.abs(K.numpy() - 2 * relu @ relu.T / Z.shape[1]).max() < 0.02
+    assert torch.allclose(torch.diagonal(K), torch.diagonal(G), atol=1e-14)
+    assert torch.allclose(kernel.diag(w, torch.diagonal(G)), torch.diagonal(K), atol=1e-14)
+    a, b = torch.tensor([4.0, 4.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64)
+    cross = kernel.block(w, torch.tensor([[0.0, -2.0]], dtype=torch.float64), a[:1], b)
+    assert torch.allclose(cross, torch.tensor([[2 / math.pi, 0.0]], dtype=torch.float64), atol=1e-14)
+    x = torch.tensor(np.random.default_rng(1).standard_normal((5, 3)))
+    x = torch.cat([x, x[:1]])  # a duplicated row: θ = 0 between rows 0 and 5
+    Gd = (x @ x.T / 3).requires_grad_(True)
+    grad, = torch.autograd.grad((kernel(w, Gd) * spd(6, 6)).sum(), Gd)
+    assert torch.isfinite(grad).all()
+    G_ab = (x[:2] @ x[2:5].T / 3).requires_grad_(True)  # distinct rows: at θ = 0 the kernel has a kink in d
+    d_a, d_b = ((x[:2] ** 2).sum(1) / 3).requires_grad_(True), ((x[2:5] ** 2).sum(1) / 3).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda *g: kernel.block(w, *g), (G_ab, d_a, d_b))
+
+
+def test_the_joint_solver_refuses_a_kernel_without_second_derivatives():
+    with pytest.raises(ValueError, match="solver='joint'.*'arccos'.*solver='newton'"):
+        fit_dkm(DKMObjective(X, Y, (6.0, 9.0), GramKernel("arccos")), solver="joint", max_iter=4)
 
 
 def linear_objective(nus=(6.0, 9.0)):
@@ -258,8 +287,9 @@ def test_large_widths_give_the_kernel_hyper_solution():
         assert torch.allclose(G, prior, rtol=1e-4, atol=1e-5)
 
 
-def test_prediction_at_the_training_rows_and_with_prior_grams_is_the_deep_kernel_gp():
-    obj = DKMObjective(X, Y, [20.0, 20.0], GramKernel())
+@pytest.mark.parametrize("name", ["linear+sqexp", "arccos"])
+def test_prediction_at_the_training_rows_and_with_prior_grams_is_the_deep_kernel_gp(name):
+    obj = DKMObjective(X, Y, [20.0, 20.0], GramKernel(name))
     theta, Gs, _ = fit_dkm(obj, max_iter=3)
     mean, var_f, var_y = predict(obj, theta, Gs, X)  # (a) + (c): the GP on K_L(G_L) + σ²I at its own rows
     K_y = obj.K(theta, 2, Gs[-1])
@@ -267,7 +297,7 @@ def test_prediction_at_the_training_rows_and_with_prior_grams_is_the_deep_kernel
     assert torch.allclose(mean, K_f @ torch.linalg.solve(K_y, obj.Y), atol=1e-4)
     Xt = rng.standard_normal((7, 5))
     prior = obj.prior_chain(theta)  # (b): prior Grams give the deep kernel on train + test rows
-    both = DKMObjective(np.vstack([X, Xt]), np.zeros(37), [20.0, 20.0], GramKernel())
+    both = DKMObjective(np.vstack([X, Xt]), np.zeros(37), [20.0, 20.0], GramKernel(name))
     G = both.G0
     for layer in range(2):
         G = both.kernel(obj.unpack(theta)[0][layer], G)
