@@ -24,6 +24,12 @@ SECOND_ORDER_KERNELS = ("linear", "sqexp", "linear+sqexp")  # twice differentiab
 TINY = 1e-300  # floor of G_ii G_jj in the arc-cosine kernel: a zero input row gets K = 0, not 0/0
 
 
+def _arccos_parts(G, d_a, d_b) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, θ) of the arc-cosine kernel: S_ab = √(d_a d_b − G_ab²) and the angle θ_ab = arccos(G_ab/√(d_a d_b))."""
+    dd = (d_a[:, None] * d_b[None, :]).clamp_min(TINY)
+    return torch.sqrt((dd - G ** 2).clamp_min(0.0)), torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
+
+
 class _ArcCos(torch.autograd.Function):
     """The order-1 arc-cosine kernel of a Gram block (without its weight), from G_ab and the diagonals d_a, d_b.
     Its gradients written out: ∂K/∂G_ab = (π − θ)/π and ∂K/∂d_a = S/(2πd_a), finite where arccos's and the square
@@ -32,9 +38,7 @@ class _ArcCos(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, G, d_a, d_b):
-        dd = (d_a[:, None] * d_b[None, :]).clamp_min(TINY)
-        S = torch.sqrt((dd - G ** 2).clamp_min(0.0))
-        theta = torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
+        S, theta = _arccos_parts(G, d_a, d_b)
         ctx.save_for_backward(S, theta, d_a.clamp_min(math.sqrt(TINY)), d_b.clamp_min(math.sqrt(TINY)))
         return (S + (math.pi - theta) * G) / math.pi
 
@@ -102,9 +106,7 @@ class GramKernel:
             ME = M * self._sqexp(G, d, d)
             out = out + (w2 / self.lengthscale ** 2) * (ME - torch.diag(ME.sum(1)))
         elif self.nonlinear == "arccos":
-            dd = (d[:, None] * d[None, :]).clamp_min(TINY)
-            S = torch.sqrt((dd - G ** 2).clamp_min(0.0))
-            theta = torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
+            S, theta = _arccos_parts(G, d, d)
             out = out + w2 * (M * (math.pi - theta) / math.pi
                               + torch.diag((M * S).sum(1) / (math.pi * d.clamp_min(math.sqrt(TINY)))))
         return out

@@ -223,11 +223,11 @@ SUITES = [
                "solver='joint' (3 sweeps, then 7 joint Newton iterations); these rows have G₀ = XXᵀ/d "
                "(input_width=None); 'DKM (input metric)' is 'DKM' with App. F's learned input metric, "
                "input_width='auto' (ν_Ω = d; the default since 2026-12-07), and 'kernel hyper (input metric)' kernel "
-               "hyper with the same metric; 'DKM (arc-cosine)' is 'DKM (input metric)' with the arc-cosine Gram kernel "
-               "(kernel='arccos', Cho & Saul's order 1, one weight per application, beyond the paper); exact GP (GPyTorch) and DBK at their "
-               "defaults, early-stopped on the validation part (DBK's records under the Gaussian predictive, its "
-               "default before 2026-11-29). RMSE in the data's units; NLL on targets standardised by the training "
-               "part. The paper's ± are two paired standard errors against the best row.",
+               "hyper with the same metric; 'DKM (arc-cosine)' is 'DKM (input metric)' with the arc-cosine Gram "
+               "kernel (kernel='arccos', Cho & Saul's order 1, one weight per application, beyond the paper); exact "
+               "GP (GPyTorch) and DBK at their defaults, early-stopped on the validation part (DBK's records under "
+               "the Gaussian predictive, its default before 2026-11-29). RMSE in the data's units; NLL on targets "
+               "standardised by the training part. The paper's ± are two paired standard errors against the best row.",
           columns=[("rmse_original", "RMSE", 0), ("nll", "NLL", None), ("coverage_95", "95 % cov.", None),
                    ("mean_z2", "mean z²", None), ("train_seconds", "train s", None)]),
 ]
