@@ -30,6 +30,14 @@ def _arccos_parts(G, d_a, d_b) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.sqrt((dd - G ** 2).clamp_min(0.0)), torch.arccos((G / torch.sqrt(dd)).clamp(-1.0, 1.0))
 
 
+def _arccos_gradients(M, S, theta, d_a, d_b) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(∂f/∂G_ab, ∂f/∂d_a, ∂f/∂d_b) of the arc-cosine block for ∂f/∂K = M: M∘(π − θ)/π and the row and column sums
+    of M∘S/2π over d_a and d_b."""
+    MS = M * S / (2 * math.pi)
+    return (M * (math.pi - theta) / math.pi, MS.sum(1) / d_a.clamp_min(math.sqrt(TINY)),
+            MS.sum(0) / d_b.clamp_min(math.sqrt(TINY)))
+
+
 class _ArcCos(torch.autograd.Function):
     """The order-1 arc-cosine kernel of a Gram block (without its weight), from G_ab and the diagonals d_a, d_b.
     Its gradients written out: ∂K/∂G_ab = (π − θ)/π and ∂K/∂d_a = S/(2πd_a), finite where arccos's and the square
@@ -39,15 +47,13 @@ class _ArcCos(torch.autograd.Function):
     @staticmethod
     def forward(ctx, G, d_a, d_b):
         S, theta = _arccos_parts(G, d_a, d_b)
-        ctx.save_for_backward(S, theta, d_a.clamp_min(math.sqrt(TINY)), d_b.clamp_min(math.sqrt(TINY)))
+        ctx.save_for_backward(S, theta, d_a, d_b)
         return (S + (math.pi - theta) * G) / math.pi
 
     @staticmethod
     @once_differentiable
     def backward(ctx, M):
-        S, theta, d_a, d_b = ctx.saved_tensors
-        MS = M * S / (2 * math.pi)
-        return M * (math.pi - theta) / math.pi, MS.sum(1) / d_a, MS.sum(0) / d_b
+        return _arccos_gradients(M, *ctx.saved_tensors)
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,6 @@ class GramKernel:
             ME = M * self._sqexp(G, d, d)
             out = out + (w2 / self.lengthscale ** 2) * (ME - torch.diag(ME.sum(1)))
         elif self.nonlinear == "arccos":
-            S, theta = _arccos_parts(G, d, d)
-            out = out + w2 * (M * (math.pi - theta) / math.pi
-                              + torch.diag((M * S).sum(1) / (math.pi * d.clamp_min(math.sqrt(TINY)))))
+            g_G, g_a, g_b = _arccos_gradients(M, *_arccos_parts(G, d, d), d, d)
+            out = out + w2 * (g_G + torch.diag(g_a + g_b))  # d = diag G: the diagonal's gradient joins G's
         return out
