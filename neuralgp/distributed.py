@@ -180,6 +180,9 @@ def init_from_environment(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOU
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    # every worker past gloo's mesh before any leaves: a worker that met bad input and left while a slower one was
+    # still connecting made that one print gloo's "connectFullMesh failed" (CI under load, 2026-12-07)
+    dist.barrier()
     return True
 
 
