@@ -41,11 +41,17 @@ def split_of(dataset: str, seed: int) -> str:
     return f"mask:{seed}" if dataset.startswith("uci/") else f"gal:{seed}"
 
 
+def _tagged(label: str, tag: str) -> str:
+    """``label`` with ``tag`` in its parentheses: "DBK" → "DBK (tag)", "DKM (input metric)" → "DKM (input metric; tag)"."""
+    return f"{label[:-1]}; {tag})" if label.endswith(")") else f"{label} ({tag})"
+
+
 def _twins(label: str) -> dict:
     """A default with the Student-t predictive fitted both ways — with the validation part (``label``) and by plain
     ``fit(X, y)`` (``label (plain fit)``) — each mapped to its Gaussian twin, the default before the t: the same fit
     scored under the Gaussian of the same mean and variance (``Suite.gaussian_twins``)."""
-    return {label: f"{label} (Gaussian)", f"{label} (plain fit)": f"{label} (plain fit; Gaussian)"}
+    plain = _tagged(label, "plain fit")
+    return {label: _tagged(label, "Gaussian"), plain: _tagged(plain, "Gaussian")}
 
 
 def _both_fits(label: str, name: str) -> dict:
@@ -58,8 +64,7 @@ def _both_fits(label: str, name: str) -> dict:
 # the Student-t predictive became the default of FM-GP on 2026-11-28, of DAK, DBK and SVDBK on 2026-11-29
 WITH_TWINS = {"DBK": "dbk", "SVDBK": "svdbk", "FM-GP": "fmgp", "DAK": "dak"}
 TWINS = {**{row: twin for label in WITH_TWINS for row, twin in _twins(label).items()},
-         "DKM (input metric)": "DKM (input metric; Gaussian)",
-         "DKM (input metric; plain fit)": "DKM (input metric; plain fit; Gaussian)"}
+         **_twins("DKM (input metric)")}
 OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _both_fits(label, name).items()},
         "Two-stage": factory("twostage"),
         # the variants below change the default of before 2026-11-27 (KRR_EXACT; variance "exact" until 12-02), one
@@ -85,12 +90,9 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
         "DKM (widths 100)": factory("dkm", widths=(100, 100), **FORMER_DEFAULTS),
         "DKM (plain fit; widths 100)": factory("dkm", widths=(100, 100), **FORMER_DEFAULTS),
         # the default since 2026-12-07: App. F's learned input metric and the Student-t predictive (docs/methods/dkm.md,
-        # "The input metric as the default", "The Student-t predictive as the default"), and its Gaussian twin; with the
-        # validation part and by plain fit(X, y)
-        "DKM (input metric)": factory("dkm"),
-        "DKM (input metric; Gaussian)": factory("dkm", predictive="gaussian"),
-        "DKM (input metric; plain fit)": factory("dkm"),
-        "DKM (input metric; plain fit; Gaussian)": factory("dkm", predictive="gaussian")}
+        # "The input metric as the default", "The Student-t predictive as the default"), with the validation part and
+        # by plain fit(X, y), and their Gaussian twins
+        **_both_fits("DKM (input metric)", "dkm")}
 # fitted on the training and validation parts together: the plain-fit rows and every two-stage row (the method
 # recalibrates on held-out folds of its own)
 PLAIN_FIT = {row for row in OURS if "plain fit" in row or row.startswith("Two-stage")}
