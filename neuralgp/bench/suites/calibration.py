@@ -42,7 +42,8 @@ def split_of(dataset: str, seed: int) -> str:
 
 
 def _tagged(label: str, tag: str) -> str:
-    """``label`` with ``tag`` in its parentheses: "DBK" → "DBK (tag)", "DKM (input metric)" → "DKM (input metric; tag)"."""
+    """``label`` with ``tag`` in its parentheses: "DBK" → "DBK (tag)",
+    "DKM (input metric)" → "DKM (input metric; tag)"."""
     return f"{label[:-1]}; {tag})" if label.endswith(")") else f"{label} ({tag})"
 
 
