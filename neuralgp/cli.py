@@ -69,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="dbk: how the training Gram matrix ΦᵀΦ is summed (default mixed; the cached posterior "
                         "for prediction is always float64)")
     f.add_argument("--split", default="random",
-                   help="random (70/10/20, default), mask:K, gal:K or holdout:T:V (the FM-GP papers': "
-                        "holdout:1000:1000)")
+                   help="random (70/10/20, default), mask:K, gal:K, holdout:T:V (the FM-GP papers': "
+                        "holdout:1000:1000) or kfold:K (fold K = 0..4 of the DAK paper's 5-fold CV)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--max-iter", type=int, default=None, help="full-batch training iterations (model default)")
     f.add_argument("--max-epochs", type=int, default=None, help="epochs of mini-batch models (model default)")
