@@ -239,8 +239,29 @@ def test_auto_inference_above_the_exact_limit_fits_both_and_keeps_the_lower_vali
     assert model.inference_ == "closed_form" and not hasattr(model, "inference_scores_")
 
 
+def test_auto_grid_level_is_the_finer_grid_for_the_closed_form_only_and_its_saved_copy_keeps_it(monkeypatch,
+                                                                                                 tmp_path):
+    monkeypatch.setattr(dak_module, "EXACT_MAX_ROWS", 50)
+    X, y = _data(120)
+    params = {**SMALL, "grid_level": "auto", "validation_fraction": 0.25, "bagging": 0}
+    P, Xs = SMALL["n_projections"], _data(20, seed=3)[0]
+    for kind, level in (("closed_form", dak_module.CLOSED_FORM_LEVEL), ("mc", dak_module.DEFAULT_LEVEL),
+                        ("exact", dak_module.DEFAULT_LEVEL)):
+        model = ng.DAKRegressor(**{**params, "inference": kind}).fit(X, y)
+        assert model.module_.net.n_columns == P * (2 ** level - 1) + 1
+        fixed = ng.DAKRegressor(**{**params, "inference": kind, "grid_level": level}).fit(X, y)
+        assert np.array_equal(model.predict(Xs), fixed.predict(Xs))  # "auto" is exactly that level
+    selected = ng.DAKRegressor(**params).fit(X, y)  # "auto" inference: each candidate on its own grid
+    alone = ng.DAKRegressor(**{**params, "inference": "closed_form"}).fit(X, y)
+    assert selected.inference_scores_["closed_form"] == alone.train_log_.best_val_nll
+    loaded = ng.load(selected.save(tmp_path / "model.pt"))
+    assert loaded.get_params()["grid_level"] == "auto" and loaded.grid().level == selected.grid().level
+    assert np.array_equal(loaded.predict(Xs), selected.predict(Xs))
+
+
 @pytest.mark.parametrize("params,match", [({"n_projections": 0}, "n_projections"), ({"grid_level": 0}, "grid_level"),
-                                          ({"grid_level": 21}, "grid_level"), ({"inference": "cf"}, "inference"),
+                                          ({"grid_level": 21}, "grid_level"), ({"grid_level": "fine"}, "grid_level"),
+                                          ({"inference": "cf"}, "inference"),
                                           ({"hidden": (0,)}, "hidden"), ({"kernel": "rbf"}, "kernel"),
                                           ({"projection_spread": 0}, "projection_spread")])
 def test_bad_parameters_are_clear_errors_before_any_work(params, match):
