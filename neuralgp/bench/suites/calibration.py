@@ -79,14 +79,14 @@ OURS = {**{row: make for label, name in WITH_TWINS.items() for row, make in _bot
                                             noise="homoscedastic", predictive="gaussian"),
         "Two-stage NN": factory("twostage-nn"),
         # DAK's default before 2026-12-01, the closed form at any size (since then: exact up to 1500 training rows;
-        # docs/methods/dak.md, "Inference by size")
-        "DAK (closed form)": factory("dak-cf"),
-        "DAK (plain fit; closed form)": factory("dak-cf"),
+        # docs/methods/dak.md, "Inference by size"), on the grid of level 3 (the default's until 2026-12-07)
+        "DAK (closed form)": factory("dak-cf", grid_level=3),
+        "DAK (plain fit; closed form)": factory("dak-cf", grid_level=3),
         # the default with a finer grid, 31 points per projection instead of 7 (dak-table2's 'DAK-CF (grid level 5)':
-        # kin40k 0.078 -> 0.073): a candidate default, measured here first
+        # kin40k 0.078 -> 0.073), for exact as well: worse than level 3 on the small sets
         "DAK (grid level 5)": factory("dak", grid_level=5),
-        # level 5 for the closed form only (the candidates of "auto" inference above 1500 rows), 3 for exact: the
-        # default itself on the small sets, where exact is fitted alone
+        # level 5 for the closed form only (a candidate of "auto" inference above 1500 rows), 3 for exact: the
+        # default since 2026-12-07; the 'DAK' records above 1500 training rows are older, on level 3 throughout
         "DAK (grid level auto)": factory("dak", grid_level="auto"),
         # the DKM rows without "(input metric)" in their name: G₀ = XXᵀ/d and the Gaussian predictive, the defaults
         # until 2026-12-07
