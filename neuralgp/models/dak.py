@@ -118,7 +118,8 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
     paper's): level 5 (M = 31) for the closed form, 3 (M = 7) for exact and MC (``_grid_level``) — of the 11
     calibration sets above 1500 rows, NLL lower on 5 of the 8 where the closed form is kept, higher by at most
     0.011 on 3, at 1.07-1.2x the fit time (docs/methods/dak.md, "The grid by inference"); the network D →
-    ``hidden`` → ``embedding_dim`` (D_w) → P (``backbone="cnn"``: a small CNN on square one-channel images given as rows of pixels, ``hidden`` unused).
+    ``hidden`` → ``embedding_dim`` (D_w) → P (``backbone="cnn"``: a small CNN on square one-channel images given
+    as rows of pixels, ``hidden`` unused).
     The noise σ² is learned from ``noise_init`` (the paper fixes 0.01). ``finetune=True`` pre-trains the network by MSE
     for ``max_epochs``, freezes it and fits the last layer (σ_p, q, σ²) only (App. D). ``compile=True`` runs the
     mini-batch step through torch.compile (``train.compiled``; measured in docs/methods/dak.md).
