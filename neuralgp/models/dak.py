@@ -61,7 +61,7 @@ LEVEL = Rule(lambda v: integer(1).accepts(v) and v <= MAX_LEVEL, f"an integer in
 # grows with (PM)^2 (496 weights against 112) and its NLL did not improve on the small sets (docs/methods/dak.md,
 # "A finer grid")
 CLOSED_FORM_LEVEL = 5
-DEFAULT_LEVEL = 3
+PAPER_LEVEL = 3  # the paper's grid (M = 7); the classifier's default and "auto" for exact and MC
 
 
 # what the regressor and the classifier share: the grid, the feature map and its rules
@@ -200,10 +200,10 @@ class DAKRegressor(_DAKFeatures, WeightSpaceRegressor):
         return self._inference() == "exact"
 
     def _grid_level(self) -> int:
-        """``grid_level``; "auto": ``CLOSED_FORM_LEVEL`` for the closed form, ``DEFAULT_LEVEL`` otherwise."""
+        """``grid_level``; "auto": ``CLOSED_FORM_LEVEL`` for the closed form, ``PAPER_LEVEL`` otherwise."""
         if self.grid_level != "auto":
             return self.grid_level
-        return CLOSED_FORM_LEVEL if self._inference() == "closed_form" else DEFAULT_LEVEL
+        return CLOSED_FORM_LEVEL if self._inference() == "closed_form" else PAPER_LEVEL
 
     def _fit_scaled(self, X, y, X_val, y_val):
         rows = distributed.total_count(len(y))
@@ -302,11 +302,10 @@ class DAKClassifier(_DAKFeatures, NeuralGPClassifier):
 
     param_rules = {**FEATURE_RULES, "n_samples": POSITIVE_INT}
 
-    def __init__(self, n_projections=16, grid_level=3, lengthscale=0.3, kernel="laplace", backbone="mlp",
-                 hidden=(64, 32),
-                 embedding_dim=64, activation="relu", mc_samples=8, n_samples=256, lr=3e-3, weight_decay=5e-4,
-                 batch_size=512, max_epochs=100, max_time=None, compile=False, bias_std=1.0, finetune=False,
-                 input_scaling="standard", seed=0, device="cpu", verbose=True):
+    def __init__(self, n_projections=16, grid_level=PAPER_LEVEL, lengthscale=0.3, kernel="laplace",
+                 backbone="mlp", hidden=(64, 32), embedding_dim=64, activation="relu", mc_samples=8, n_samples=256,
+                 lr=3e-3, weight_decay=5e-4, batch_size=512, max_epochs=100, max_time=None, compile=False,
+                 bias_std=1.0, finetune=False, input_scaling="standard", seed=0, device="cpu", verbose=True):
         self.n_projections = n_projections
         self.grid_level = grid_level
         self.lengthscale = lengthscale

@@ -245,8 +245,8 @@ def test_auto_grid_level_is_the_finer_grid_for_the_closed_form_only_and_its_save
     X, y = _data(120)
     params = {**SMALL, "grid_level": "auto", "validation_fraction": 0.25, "bagging": 0}
     P, Xs = SMALL["n_projections"], _data(20, seed=3)[0]
-    for kind, level in (("closed_form", dak_module.CLOSED_FORM_LEVEL), ("mc", dak_module.DEFAULT_LEVEL),
-                        ("exact", dak_module.DEFAULT_LEVEL)):
+    for kind, level in (("closed_form", dak_module.CLOSED_FORM_LEVEL), ("mc", dak_module.PAPER_LEVEL),
+                        ("exact", dak_module.PAPER_LEVEL)):
         model = ng.DAKRegressor(**{**params, "inference": kind}).fit(X, y)
         assert model.module_.net.n_columns == P * (2 ** level - 1) + 1
         fixed = ng.DAKRegressor(**{**params, "inference": kind, "grid_level": level}).fit(X, y)
